@@ -1,0 +1,49 @@
+# Shared by bin/lab, bin/test and .ci/run (sourced, not run).
+# shellcheck shell=bash
+CACHE=${DGXSPARK_LAB_CACHE:-/var/cache/dgxspark-lab}
+ROOT=${ROOT:-$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)}
+
+# wait_for SECONDS WHAT CMD...: poll CMD until it succeeds; on expiry say what was awaited and for how long
+wait_for() {
+  local limit=$1 what=$2; shift 2
+  local deadline=$(( $(date +%s) + limit ))
+  until "$@" >/dev/null 2>&1; do
+    if [ "$(date +%s)" -ge "$deadline" ]; then
+      echo "timed out after ${limit}s waiting for: $what" >&2
+      return 1
+    fi
+    sleep 0.5
+  done
+}
+
+# The host's Docker engine (Debian's docker.io). The host has no systemd: dockerd is started by hand.
+ensure_host_docker() {
+  if ! command -v dockerd >/dev/null || ! command -v debootstrap >/dev/null || ! command -v ssh >/dev/null; then
+    apt-get update -q
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -q docker.io debootstrap openssh-client openssl curl
+  fi
+  if ! docker info >/dev/null 2>&1; then
+    nohup dockerd >/var/log/dockerd.log 2>&1 &
+    wait_for 60 "the host's dockerd (log: /var/log/dockerd.log)" docker info
+  fi
+}
+
+# The controller's virtualenv, built from requirements/dev.txt and keyed by its hash.
+venv_path() { echo "$CACHE/venv-$(sha256sum "$ROOT/requirements/dev.txt" | cut -c1-12)"; }
+ensure_venv() {
+  local v; v=$(venv_path)
+  [ -x "$v/bin/molecule" ] && [ -f "$v/.complete" ] && return 0
+  rm -rf "$v"
+  python3 -m venv "$v"
+  "$v/bin/pip" install -q -r "$ROOT/requirements/dev.txt"
+  touch "$v/.complete"
+}
+venv_activate() {
+  ensure_venv
+  # shellcheck disable=SC1091
+  . "$(venv_path)/bin/activate"
+  # Nothing the tooling runs may phone home
+  export HF_HUB_OFFLINE=1 HF_HUB_DISABLE_TELEMETRY=1 DO_NOT_TRACK=1 VLLM_NO_USAGE_STATS=1
+  export ANSIBLE_GALAXY_DISABLE_GPG_VERIFY=1 PY_COLORS=0 ANSIBLE_FORCE_COLOR=0 ANSIBLE_NOCOLOR=1
+  export ANSIBLE_CONFIG=$ROOT/ansible.cfg DGXSPARK_LAB_STATE=$ROOT/.lab
+}

@@ -1,0 +1,232 @@
+#!/usr/bin/python
+# Copyright: Contributors to the dgxspark.vllm collection
+# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+module: vllm_startup_wait
+short_description: Wait for one vLLM rank to reach a startup phase, with a budget per phase
+version_added: 0.1.0
+description:
+  - Polls the serve container on this node (C(docker inspect), C(docker logs)) until its engine reaches
+    O(target_phase), and reports where it stands otherwise.
+  - Phases, in order, are C(container_started), C(rendezvous), C(weights_loaded), C(kv_allocated),
+    C(api_up), proved by vLLM's own log lines. Each phase has a budget counted from the previous phase.
+  - With O(peers), once this rank reached O(peers_after), every peer must keep an established TCP
+    connection to this node; a peer that never connects or drops out for O(peer_grace_seconds) ends the wait.
+    This is how a head that waits on a dead worker (a hung handshake that still shows as C(Up)) is caught.
+  - The module does not fail when the rank fails or a budget expires; it returns RV(ok=false) with the
+    reason and the last log lines, so that the caller can stop the whole group before failing.
+options:
+  container:
+    description: Name of the serve container on this node.
+    type: str
+    required: true
+  target_phase:
+    description: The phase to wait for.
+    type: str
+    choices: [container_started, rendezvous, weights_loaded, kv_allocated, api_up]
+    required: true
+  budgets:
+    description:
+      - Seconds allowed to reach each phase, counted from when the previous phase was reached (the first from
+        the start of the wait). Keys are phase names; missing keys take the defaults
+        (container_started 60, rendezvous 300, weights_loaded 1800, kv_allocated 1800, api_up 900).
+    type: dict
+    default: {}
+  peers:
+    description: IPv4 addresses (the other ranks' CX7 IPs) that must stay connected to this node.
+    type: list
+    elements: str
+    default: []
+  peers_after:
+    description: The phase after which O(peers) must be connected.
+    type: str
+    choices: [container_started, rendezvous, weights_loaded, kv_allocated, api_up]
+    default: rendezvous
+  peer_grace_seconds:
+    description: How long a peer may go without a connection before the wait ends.
+    type: float
+    default: 30
+  poll_interval:
+    description: Seconds between polls.
+    type: float
+    default: 2
+  log_lines:
+    description: How many of the container's last log lines to return.
+    type: int
+    default: 30
+attributes:
+  check_mode:
+    description: Can run in check_mode and return changed status prediction without modifying target.
+    support: full
+    details: In check mode nothing was started, so nothing is awaited; the module returns status C(check_mode).
+  diff_mode:
+    description: Will return details on what has changed (or possibly needs changing in check_mode), when in diff mode.
+    support: none
+    details: Read-only.
+  idempotent:
+    description: When run twice in a row outside check mode, with the same arguments, the second invocation
+      indicates no change.
+    support: full
+    details: Read-only; never reports a change.
+author:
+  - dgxspark.vllm contributors (@dgxspark)
+"""
+
+EXAMPLES = r"""
+- name: Wait until the worker reached the rendezvous (started first, with --headless)
+  dgxspark.vllm.vllm_startup_wait:
+    container: vllm_glm53
+    target_phase: rendezvous
+    budgets: {container_started: 60, rendezvous: 300}
+  register: worker_wait
+
+- name: Wait until the head serves, watching that every worker stays connected
+  dgxspark.vllm.vllm_startup_wait:
+    container: vllm_glm53
+    target_phase: api_up
+    peers: ["198.51.100.2"]
+  register: head_wait
+"""
+
+RETURN = r"""
+ok:
+  description: Whether the target phase was reached.
+  returned: always
+  type: bool
+  sample: true
+status:
+  description: C(done), C(failed) or C(check_mode).
+  returned: always
+  type: str
+  sample: done
+phase:
+  description: The highest phase reached.
+  returned: always
+  type: str
+  sample: rendezvous
+reason:
+  description: Why the wait ended without reaching the target, else null.
+  returned: always
+  type: str
+  sample: "phase 'weights_loaded' not reached within its budget of 1800 s (last phase reached: rendezvous)"
+engine_error:
+  description: The engine's fatal error, as a short reason, when its log shows one.
+  returned: always
+  type: str
+  sample: worker started without --headless (follower assertion)
+phase_reached_after:
+  description: Seconds from the start of the wait to each phase reached.
+  returned: always
+  type: dict
+  sample: {container_started: 0.4, rendezvous: 6.1}
+elapsed:
+  description: Seconds the wait took.
+  returned: always
+  type: float
+  sample: 12.3
+container:
+  description: The container's state at the end of the wait.
+  returned: always
+  type: dict
+  sample: {exists: true, running: true, exit_code: 0}
+last_lines:
+  description: The container's last log lines (stdout and stderr, merged by time).
+  returned: always
+  type: list
+  elements: str
+  sample: ["INFO ... world_size=2 rank=1 ..."]
+"""
+
+import json
+import time
+
+from ansible.module_utils.basic import AnsibleModule
+
+from ansible_collections.dgxspark.vllm.plugins.module_utils._docker_logs import DockerLogsError, read_container_logs
+from ansible_collections.dgxspark.vllm.plugins.module_utils._startup import (
+    Observation, StartupError, established_peers, make_watch, step,
+)
+from ansible_collections.dgxspark.vllm.plugins.module_utils._vllm_log import PHASES, parse_log
+
+
+def _inspect(module: AnsibleModule, name: str) -> tuple[bool, bool, int | None]:
+    rc, out, err = module.run_command(["docker", "inspect", "--format", "{{json .State}}", name])
+    if rc != 0:
+        if "No such" in err or "no such" in err:
+            return False, False, None
+        module.fail_json(msg=f"docker inspect {name} failed on this node: {err.strip()}; is dockerd running?")
+    state = json.loads(out)
+    return True, bool(state.get("Running")), state.get("ExitCode")
+
+
+def _proc_net_tcp() -> str:
+    with open("/proc/net/tcp", encoding="ascii") as fh:
+        return fh.read()
+
+
+def main() -> None:
+    phases = list(PHASES)
+    module = AnsibleModule(
+        argument_spec={
+            "container": {"type": "str", "required": True},
+            "target_phase": {"type": "str", "required": True, "choices": phases},
+            "budgets": {"type": "dict", "default": {}},
+            "peers": {"type": "list", "elements": "str", "default": []},
+            "peers_after": {"type": "str", "default": "rendezvous", "choices": phases},
+            "peer_grace_seconds": {"type": "float", "default": 30.0},
+            "poll_interval": {"type": "float", "default": 2.0},
+            "log_lines": {"type": "int", "default": 30},
+        },
+        supports_check_mode=True,
+    )
+    p = module.params
+    empty = {"ok": True, "status": "check_mode", "phase": None, "reason": None, "engine_error": None,
+             "phase_reached_after": {}, "elapsed": 0.0, "container": {}, "last_lines": []}
+    if module.check_mode:
+        module.exit_json(changed=False, **empty)
+    if p["poll_interval"] <= 0:
+        module.fail_json(msg="poll_interval must be positive")
+    t0 = time.monotonic()
+    try:
+        watch = make_watch(p["target_phase"], p["budgets"], t0, p["peers"], p["peer_grace_seconds"], p["peers_after"])
+    except StartupError as exc:
+        module.fail_json(msg=str(exc))
+
+    text = ""
+    while True:
+        exists, running, exit_code = _inspect(module, p["container"])
+        report = None
+        if exists:
+            try:
+                text = read_container_logs(module.run_command, p["container"])
+            except DockerLogsError as exc:
+                module.fail_json(msg=str(exc))
+            report = parse_log(text)
+        peers = established_peers(_proc_net_tcp(), watch.peers) if watch.peers else frozenset()
+        obs = Observation(now=time.monotonic(), exists=exists, running=running, exit_code=exit_code,
+                          phase=report.phase if report and (running or report.phase != PHASES[0]) else None,
+                          engine_error=report.engine_error if report else None, peers_connected=peers)
+        verdict = step(watch, obs)
+        if verdict.status != "waiting":
+            break
+        time.sleep(p["poll_interval"])
+
+    lines = [line for line in text.splitlines() if line.strip()]
+    module.exit_json(
+        changed=False,
+        ok=verdict.status == "done",
+        status=verdict.status,
+        phase=verdict.phase,
+        reason=verdict.reason,
+        engine_error=report.engine_error if report else None,
+        phase_reached_after={k: round(v - t0, 1) for k, v in verdict.phase_reached_at.items()},
+        elapsed=round(time.monotonic() - t0, 1),
+        container={"exists": exists, "running": running, "exit_code": exit_code},
+        last_lines=lines[-p["log_lines"]:] if p["log_lines"] > 0 else [],
+    )
+
+
+if __name__ == "__main__":
+    main()
