@@ -551,8 +551,8 @@ def test_lab_is_the_recipe_path_with_parts_left_out() -> None:
     nvfp4_flags = [flag for flag, _value in _profiles.GLM53_FLASH_NVFP4.args]
     lab_flags = [flag for flag, _value in _profiles.LAB_CPU.args]
     assert lab_flags == [flag for flag in nvfp4_flags if flag in lab_flags]
-    assert set(nvfp4_flags) - set(lab_flags) == {"--speculative-config", "--moe-backend", "--kv-cache-dtype",
-                                                  "--block-size"}
+    removed = {"--speculative-config", "--moe-backend", "--kv-cache-dtype", "--block-size"}
+    assert set(nvfp4_flags) - set(lab_flags) == removed
     nvfp4_env = [name for name, _value in _profiles.GLM53_FLASH_NVFP4.env]
     lab_env = [name for name, _value in _profiles.LAB_CPU.env]
     added = ["VLLM_CPU_KVCACHE_SPACE", "VLLM_NO_USAGE_STATS", "DO_NOT_TRACK", "TMPDIR"]

@@ -1,0 +1,463 @@
+# Copyright: Contributors to the dgxspark.vllm collection
+# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
+"""Tests for roles/cache_flush: the node-side flush/watchdog program and the role's argument specs.
+
+The program is a standalone script (roles/cache_flush/files), imported by path. The argument-spec test
+checks every role under roles/ that has both defaults/main.yml and meta/argument_specs.yml.
+"""
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import jinja2
+import pytest
+import yaml
+
+ROOT = Path(__file__).resolve().parents[3]
+ROLES = ROOT / "roles"
+ROLE = ROLES / "cache_flush"
+SCRIPT = ROLE / "files" / "dgxspark_cache_flush.py"
+FIXTURES = ROOT / "tests" / "fixtures" / "meminfo"
+KIB = 1024
+GIB = 1024 ** 3
+
+
+def _load_program():
+    spec = importlib.util.spec_from_file_location("dgxspark_cache_flush", SCRIPT)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # dataclasses look their module up while building the classes
+    keep, sys.dont_write_bytecode = sys.dont_write_bytecode, True  # no __pycache__ among the role's files
+    try:
+        spec.loader.exec_module(module)
+    finally:
+        sys.dont_write_bytecode = keep
+    return module
+
+
+prog = _load_program()
+
+
+def fixture_text(name: str) -> str:
+    return (FIXTURES / name).read_text(encoding="ascii")
+
+
+def meminfo(**kib: int) -> dict:
+    """A parsed-meminfo dict from KiB values, with harmless defaults for the required fields."""
+    values = {"MemTotal": 124779968, "MemAvailable": 60 * 1024 * 1024, "Buffers": 0, "Cached": 0, "Shmem": 0}
+    values.update(kib)
+    return {key: value * KIB for key, value in values.items()}
+
+
+# ---------------------------------------------------------------- parse_meminfo
+
+def test_parse_gb10_sample_in_bytes():
+    info = prog.parse_meminfo(fixture_text("gb10_load_high_cache.txt"))
+    assert info["MemTotal"] == 124779968 * KIB
+    assert 118 * GIB < info["MemTotal"] < 120 * GIB
+    assert info["MemAvailable"] == 63268864 * KIB
+    assert info["Cached"] == 60817408 * KIB
+    assert info["Buffers"] == 187392 * KIB
+    assert info["Shmem"] == 1342176 * KIB
+    assert info["Active(file)"] == 21233664 * KIB
+    # Unit-less lines are counts, not bytes.
+    assert info["HugePages_Total"] == 0
+    assert info["Hugepagesize"] == 2048 * KIB
+    assert len(info) == 55
+
+
+@pytest.mark.parametrize(("name", "expect_flush", "expect_low"), [
+    ("gb10_load_high_cache.txt", True, False),
+    ("gb10_serving_below_threshold.txt", False, False),
+    ("gb10_low_mem_available.txt", False, True),
+])
+def test_recorded_samples_with_default_limits(name, expect_flush, expect_low):
+    decision = prog.decide(prog.parse_meminfo(fixture_text(name)), 40000000000, 8 * GIB)
+    assert (decision.flush, decision.low_memory) == (expect_flush, expect_low)
+    assert len(decision.reasons) == int(expect_flush) + int(expect_low)
+
+
+def test_load_sample_page_cache_excludes_shmem():
+    info = prog.parse_meminfo(fixture_text("gb10_load_high_cache.txt"))
+    assert prog.page_cache_bytes(info) == (187392 + 60817408 - 1342176) * KIB
+
+
+@pytest.mark.parametrize(("name", "message"), [
+    ("truncated_malformed.txt", r"line 6: expected 'Field: value \[kB\]'"),
+    ("old_kernel_no_memavailable.txt", r"lacks required field\(s\): MemAvailable$"),
+])
+def test_unusable_samples_raise(name, message):
+    with pytest.raises(prog.MeminfoError, match=message):
+        prog.parse_meminfo(fixture_text(name))
+
+
+GOOD_HEAD = "MemTotal: 1000 kB\nMemAvailable: 500 kB\nBuffers: 10 kB\nCached: 20 kB\n"
+
+
+@pytest.mark.parametrize(("text", "message"), [
+    ("", r"lacks required field\(s\): MemTotal, MemAvailable, Buffers, Cached"),
+    (GOOD_HEAD + "Shmem: lots kB\n", r"line 5: Shmem has a non-numeric value 'lots'"),
+    (GOOD_HEAD + "Shmem: -5 kB\n", r"line 5: Shmem has a non-numeric value '-5'"),
+    (GOOD_HEAD + "Shmem: 5 MB\n", r"line 5: Shmem has unknown unit 'MB'"),
+    (GOOD_HEAD + "Shmem: 5 kB extra\n", r"line 5: expected"),
+    (GOOD_HEAD + "Shmem:\n", r"line 5: expected"),
+    (GOOD_HEAD + "Cached: 20 kB\n", r"line 5: field Cached appears twice"),
+    (GOOD_HEAD + "Mem Free: 5 kB\n", r"line 5: expected"),
+    ("MemTotal: 1000 kB\nBuffers: 10 kB\n", r"lacks required field\(s\): MemAvailable, Cached$"),
+])
+def test_parse_rejects(text, message):
+    with pytest.raises(prog.MeminfoError, match=message):
+        prog.parse_meminfo(text)
+
+
+def test_parse_ignores_blank_lines_and_keeps_counts_unscaled():
+    info = prog.parse_meminfo("\n" + GOOD_HEAD + "HugePages_Total:      12\n\n")
+    assert info == {"MemTotal": 1000 * KIB, "MemAvailable": 500 * KIB, "Buffers": 10 * KIB, "Cached": 20 * KIB,
+                    "HugePages_Total": 12}
+
+
+# ---------------------------------------------------------------- decide
+
+THRESHOLD = 40000000000
+FLOOR = 8 * GIB
+
+
+@pytest.mark.parametrize(("info", "flush", "low"), [
+    pytest.param(meminfo(Cached=10 * 1024 * 1024), False, False, id="below-threshold"),
+    pytest.param(meminfo(Cached=50 * 1024 * 1024), True, False, id="above-threshold"),
+    pytest.param(meminfo(MemAvailable=7 * 1024 * 1024), False, True, id="floor-crossed"),
+    pytest.param(meminfo(Cached=50 * 1024 * 1024, MemAvailable=7 * 1024 * 1024), True, True, id="both"),
+    pytest.param(meminfo(Cached=30 * 1024 * 1024, Buffers=10 * 1024 * 1024), True, False, id="buffers-count"),
+    pytest.param(meminfo(Cached=50 * 1024 * 1024, Shmem=20 * 1024 * 1024), False, False, id="shmem-not-droppable"),
+    pytest.param(meminfo(Cached=1, Shmem=5), False, False, id="shmem-over-cached-clamps"),
+])
+def test_decide(info, flush, low):
+    decision = prog.decide(info, THRESHOLD, FLOOR)
+    assert decision.flush is flush
+    assert decision.low_memory is low
+    assert decision.mem_available == info["MemAvailable"]
+    reasons = " | ".join(decision.reasons)
+    assert ("exceeds the threshold" in reasons) is flush
+    assert ("below the floor" in reasons) is low
+
+
+def test_decide_boundaries_are_strict():
+    exactly = {"MemTotal": 10 * THRESHOLD, "MemAvailable": FLOOR, "Buffers": 0, "Cached": THRESHOLD}
+    at_limits = prog.decide(exactly, THRESHOLD, FLOOR)
+    assert (at_limits.flush, at_limits.low_memory, at_limits.reasons) == (False, False, ())
+    beyond = prog.decide(dict(exactly, Cached=THRESHOLD + 1, MemAvailable=FLOOR - 1), THRESHOLD, FLOOR)
+    assert (beyond.flush, beyond.low_memory) == (True, True)
+    assert beyond.page_cache == THRESHOLD + 1
+
+
+@pytest.mark.parametrize(("threshold", "floor"), [(0, FLOOR), (THRESHOLD, 0), (-1, FLOOR)])
+def test_decide_rejects_non_positive_limits(threshold, floor):
+    with pytest.raises(ValueError, match="must be > 0"):
+        prog.decide(meminfo(), threshold, floor)
+
+
+# ---------------------------------------------------------------- watchdog_step
+
+def test_watchdog_acts_on_entry_reminds_and_recovers():
+    state = prog.WatchdogState()
+    events = []
+    for now, low in [(0, False), (5, True), (10, True), (64, True), (65, True), (70, True), (125, True), (130, False), (135, False), (140, True)]:
+        state, event = prog.watchdog_step(state, low, now)
+        events.append(event)
+    assert events == ["", "enter", "", "", "remind", "", "remind", "recover", "", "enter"]
+
+
+# ---------------------------------------------------------------- configuration
+
+def test_validate_config_defaults_and_int_strings():
+    config = prog.validate_config({"threshold_bytes": "123", "interval_seconds": 3600})
+    assert config.threshold_bytes == 123
+    assert config.interval_seconds == 3600
+    assert config.floor_bytes == 8 * GIB
+    assert config.action == "log"
+    assert config.container_name == "vllm_glm53"
+
+
+@pytest.mark.parametrize(("values", "message"), [
+    ({"threshold_bytes": 0}, "threshold_bytes must be > 0"),
+    ({"floor_bytes": -1}, "floor_bytes must be > 0"),
+    ({"interval_seconds": 0}, r"interval_seconds must be within 1\.\.3600, got 0"),
+    ({"interval_seconds": 3601}, r"interval_seconds must be within 1\.\.3600, got 3601"),
+    ({"interval_seconds": True}, "interval_seconds must be an integer"),
+    ({"threshold_bytes": "40GB"}, "threshold_bytes must be an integer"),
+    ({"action": "reboot"}, "action must be one of log, stop_container"),
+    ({"action": "stop_container", "container_name": " "}, "container_name must not be empty"),
+    ({"container_name": 5}, "container_name must be a string"),
+    ({"treshold_bytes": 5}, "unknown setting 'treshold_bytes'"),
+])
+def test_validate_config_rejects(values, message):
+    with pytest.raises(prog.ConfigError, match=message):
+        prog.validate_config(values)
+
+
+def _render_role_config(overrides=None) -> str:
+    defaults = yaml.safe_load((ROLE / "defaults" / "main.yml").read_text(encoding="utf-8"))
+    defaults.update(overrides or {})
+    env = jinja2.Environment(undefined=jinja2.StrictUndefined, keep_trailing_newline=True)
+    env.filters["to_nice_json"] = lambda value, indent=4: json.dumps(value, indent=indent, sort_keys=True)
+    return env.from_string((ROLE / "templates" / "cache-flush.json.j2").read_text(encoding="utf-8")).render(**defaults)
+
+
+def test_role_config_template_is_what_the_program_reads(tmp_path):
+    """The role's JSON template and the program agree on every key (a renamed key fails here)."""
+    path = tmp_path / "cache-flush.json"
+    path.write_text(_render_role_config({"cache_flush_watchdog_action": "stop_container", "cache_flush_interval_seconds": 7}))
+    config = prog.validate_config(prog.load_config_file(str(path)))
+    assert config == prog.Config(threshold_bytes=40000000000, floor_bytes=8589934592, interval_seconds=7,
+                                 action="stop_container", container_name="vllm_glm53", meminfo_path="/proc/meminfo",
+                                 drop_caches_path="/proc/sys/vm/drop_caches", docker_bin="/usr/bin/docker")
+
+
+def test_check_config_flags_override_file(tmp_path, capsys):
+    path = tmp_path / "c.json"
+    path.write_text(json.dumps({"_comment": "x", "threshold_bytes": 5, "interval_seconds": 9}))
+    assert prog.main(["--config", str(path), "--interval-seconds", "2", "--check-config"]) == 0
+    shown = json.loads(capsys.readouterr().out)
+    assert (shown["threshold_bytes"], shown["interval_seconds"], shown["action"]) == (5, 2, "log")
+
+
+@pytest.mark.parametrize(("content", "message"), [
+    ("{not json", "is not valid JSON"),
+    ("[1, 2]", "must hold a JSON object"),
+    ('{"interval_seconds": 0}', "interval_seconds must be within"),
+])
+def test_bad_config_file_exits_2(tmp_path, capsys, content, message):
+    path = tmp_path / "c.json"
+    path.write_text(content)
+    assert prog.main(["--config", str(path), "--check-config"]) == 2
+    out = capsys.readouterr().out
+    assert out.startswith("<3>configuration error:")
+    assert message in out
+
+
+# ---------------------------------------------------------------- --once runs against temp files
+
+@pytest.fixture(name="rig")
+def rig_fixture(tmp_path, monkeypatch):
+    """Temp meminfo + drop_caches files, a recording fake `sync`, and a fake docker on PATH."""
+    rig = {"dir": tmp_path, "meminfo": tmp_path / "meminfo", "drop": tmp_path / "drop_caches",
+           "docker_log": tmp_path / "docker.log", "syncs": []}
+    rig["drop"].write_text("")
+    bindir = tmp_path / "bin"
+    bindir.mkdir()
+    docker = bindir / "docker"
+    docker.write_text('#!/bin/sh\necho "$@" >> "%s"\nexit "${FAKE_DOCKER_RC:-0}"\n' % rig["docker_log"])
+    docker.chmod(0o755)
+    monkeypatch.setenv("PATH", "%s%s%s" % (bindir, os.pathsep, os.environ.get("PATH", "")))
+    monkeypatch.delenv("NOTIFY_SOCKET", raising=False)
+    monkeypatch.setattr(prog.os, "sync", lambda: rig["syncs"].append(rig["drop"].read_text()))
+    return rig
+
+
+def run_once(rig, sample, *extra):
+    rig["meminfo"].write_text(fixture_text(sample))
+    return prog.main(["--once", "--meminfo-path", str(rig["meminfo"]), "--drop-caches-path", str(rig["drop"]), *extra])
+
+
+def test_once_above_threshold_syncs_then_writes_3(rig, capsys):
+    assert run_once(rig, "gb10_load_high_cache.txt") == 0
+    assert rig["drop"].read_text() == "3\n"
+    assert rig["syncs"] == [""]  # synced once, before drop_caches was written
+    out = capsys.readouterr().out
+    assert out.startswith("<6>dgxspark-cache-flush starting")
+    assert "threshold_bytes=40000000000" in out
+    assert "<5>flushed page cache" in out
+    assert "before=%d" % ((187392 + 60817408 - 1342176) * KIB) in out
+    assert not rig["docker_log"].exists()
+
+
+@pytest.mark.parametrize("sample", ["gb10_serving_below_threshold.txt", "gb10_low_mem_available.txt"])
+def test_once_below_threshold_leaves_drop_caches_alone(rig, capsys, sample):
+    assert run_once(rig, sample) == 0
+    assert rig["drop"].read_text() == ""
+    assert rig["syncs"] == []
+    assert "flushed" not in capsys.readouterr().out
+
+
+def test_once_lower_threshold_flushes_serving_sample(rig):
+    assert run_once(rig, "gb10_serving_below_threshold.txt", "--threshold-bytes", str(5 * GIB)) == 0
+    assert rig["drop"].read_text() == "3\n"
+
+
+def test_once_low_memory_with_log_action_stops_nothing(rig, capsys):
+    assert run_once(rig, "gb10_low_mem_available.txt") == 0
+    assert not rig["docker_log"].exists()
+    out = capsys.readouterr().out
+    assert "<3>LOW MEMORY: MemAvailable %d B" % (5347328 * KIB) in out
+    assert "action log: nothing stopped" in out
+
+
+def test_once_low_memory_stop_container_calls_docker(rig, capsys):
+    assert run_once(rig, "gb10_low_mem_available.txt", "--action", "stop_container", "--container-name", "vllm_test") == 0
+    assert rig["docker_log"].read_text() == "stop --time 10 vllm_test\n"
+    assert "docker stop vllm_test succeeded" in capsys.readouterr().out
+
+
+def test_once_stop_container_not_called_above_floor(rig):
+    assert run_once(rig, "gb10_load_high_cache.txt", "--action", "stop_container") == 0
+    assert not rig["docker_log"].exists()
+
+
+def test_once_failed_docker_stop_is_loud_and_fails(rig, capsys, monkeypatch):
+    monkeypatch.setenv("FAKE_DOCKER_RC", "1")
+    assert run_once(rig, "gb10_low_mem_available.txt", "--action", "stop_container") == 1
+    assert rig["docker_log"].read_text() == "stop --time 10 vllm_glm53\n"
+    assert "<3>LOW MEMORY" in capsys.readouterr().out
+
+
+def test_once_malformed_meminfo_refuses_to_start(rig, capsys):
+    assert run_once(rig, "truncated_malformed.txt") == 2
+    assert rig["drop"].read_text() == ""
+    assert "<3>configuration error: cannot use" in capsys.readouterr().out
+
+
+def test_unwritable_drop_caches_refuses_to_start(rig, capsys):
+    rig["meminfo"].write_text(fixture_text("gb10_load_high_cache.txt"))
+    missing_dir = rig["dir"] / "no-such-dir" / "drop_caches"
+    assert prog.main(["--once", "--meminfo-path", str(rig["meminfo"]), "--drop-caches-path", str(missing_dir)]) == 2
+    assert "is not writable" in capsys.readouterr().out
+
+
+def test_flush_write_failure_keeps_watchdog_and_fails(rig, capsys, monkeypatch):
+    rig["meminfo"].write_text(fixture_text("gb10_load_high_cache.txt"))
+    config = prog.Config(meminfo_path=str(rig["meminfo"]), drop_caches_path=str(rig["dir"]), floor_bytes=100 * GIB)
+    state, ok = prog.run_iteration(config, prog.WatchdogState(), 0.0)  # drop_caches_path is a directory
+    assert ok is False
+    assert state.low is True
+    out = capsys.readouterr().out
+    assert "<3>page cache flush FAILED" in out
+    assert "<3>LOW MEMORY" in out
+
+
+# ---------------------------------------------------------------- the service loop, as systemd runs it
+
+def test_service_notifies_ready_and_stops_cleanly_on_sigterm(tmp_path):
+    meminfo_path = tmp_path / "meminfo"
+    meminfo_path.write_text(fixture_text("gb10_serving_below_threshold.txt"))
+    drop = tmp_path / "drop_caches"
+    drop.write_text("")
+    notify_path = str(tmp_path / "notify")
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+    sock.bind(notify_path)
+    sock.settimeout(20)
+    env = dict(os.environ, NOTIFY_SOCKET=notify_path)
+    proc = subprocess.Popen(
+        [sys.executable, "-I", str(SCRIPT), "--interval-seconds", "3600", "--meminfo-path", str(meminfo_path),
+         "--drop-caches-path", str(drop)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    try:
+        assert sock.recv(4096) == b"READY=1"
+        assert sock.recv(4096).startswith(b"STATUS=page cache ")  # the first iteration has run
+        started = time.monotonic()
+        proc.send_signal(signal.SIGTERM)
+        out, err = proc.communicate(timeout=10)
+    finally:
+        sock.close()
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert time.monotonic() - started < 5  # woke from the 3600 s wait at once
+    assert proc.returncode == 0, err
+    assert err == ""
+    lines = out.splitlines()
+    assert lines[0].startswith("<6>dgxspark-cache-flush starting")
+    assert lines[1].startswith("<6>status: page_cache=")
+    assert lines[-1] == "<6>dgxspark-cache-flush stopping on SIGTERM"
+    assert drop.read_text() == ""
+
+
+# ---------------------------------------------------------------- argument_specs vs defaults, every role
+
+SPEC_TYPES = {
+    "str": (str,), "path": (str,), "int": (int,), "float": (float, int), "bool": (bool,),
+    "list": (list,), "dict": (dict,), "raw": (object,),
+}
+
+
+def _roles_with_specs():
+    return sorted(path.name for path in ROLES.iterdir()
+                  if (path / "defaults" / "main.yml").is_file() and (path / "meta" / "argument_specs.yml").is_file())
+
+
+def _type_ok(value, spec_type):
+    if value is None or (isinstance(value, str) and "{{" in value):
+        return True  # unset, or decided at run time: nothing to compare statically
+    if spec_type in ("int", "float") and isinstance(value, bool):
+        return False
+    return isinstance(value, SPEC_TYPES[spec_type])
+
+
+def spec_problems(defaults: dict, specs: dict) -> list:
+    """Drift between a role's defaults and its argument_specs, as readable messages (empty: they agree).
+
+    Every default must be an option of `main` with a matching type; every option of any entry point must have
+    a default unless it is required; a spec `default` must equal the defaults/ value and sit in `choices`.
+    """
+    problems = []
+    main = (specs.get("main") or {}).get("options") or {}
+    if not main:
+        problems.append("no `main` entry point with options")
+    for name in sorted(set(defaults) - set(main)):
+        problems.append("%s is in defaults/main.yml but not an option of the main entry point" % name)
+    for entry, spec in sorted(specs.items()):
+        for name, option in sorted(((spec or {}).get("options") or {}).items()):
+            where = "%s.%s" % (entry, name)
+            spec_type = option.get("type", "str")
+            if spec_type not in SPEC_TYPES:
+                problems.append("%s has unknown type %r" % (where, spec_type))
+                continue
+            if name not in defaults:
+                if not option.get("required", False):
+                    problems.append("%s is neither required nor in defaults/main.yml" % where)
+                continue
+            value = defaults[name]
+            if not _type_ok(value, spec_type):
+                problems.append("%s is type %s but defaults/main.yml has %r (%s)" % (where, spec_type, value, type(value).__name__))
+            if "default" in option and option["default"] != value:
+                problems.append("%s default %r differs from defaults/main.yml %r" % (where, option["default"], value))
+            if "choices" in option and value not in option["choices"]:
+                problems.append("%s default %r is not among choices %r" % (where, value, option["choices"]))
+    return problems
+
+
+@pytest.mark.parametrize("role", _roles_with_specs())
+def test_argument_specs_match_defaults(role):
+    defaults = yaml.safe_load((ROLES / role / "defaults" / "main.yml").read_text(encoding="utf-8")) or {}
+    specs = yaml.safe_load((ROLES / role / "meta" / "argument_specs.yml").read_text(encoding="utf-8"))["argument_specs"]
+    assert spec_problems(defaults, specs) == []
+
+
+def test_cache_flush_role_is_checked():
+    assert "cache_flush" in _roles_with_specs()
+    assert set(yaml.safe_load((ROLE / "meta" / "argument_specs.yml").read_text(encoding="utf-8"))["argument_specs"]) == {"main", "start", "stop"}
+
+
+@pytest.mark.parametrize(("defaults", "specs", "problem"), [
+    ({"r_a": 1, "r_b": 2}, {"main": {"options": {"r_a": {"type": "int"}}}}, "r_b is in defaults/main.yml but not an option"),
+    ({"r_a": 1}, {"main": {"options": {"r_a": {"type": "int"}, "r_c": {"type": "str"}}}}, "main.r_c is neither required nor in defaults"),
+    ({"r_a": "5"}, {"main": {"options": {"r_a": {"type": "int"}}}}, "main.r_a is type int but defaults/main.yml has '5'"),
+    ({"r_a": True}, {"main": {"options": {"r_a": {"type": "int"}}}}, "main.r_a is type int"),
+    ({"r_a": 1}, {"main": {"options": {"r_a": {"type": "bool"}}}}, "main.r_a is type bool"),
+    ({"r_a": 1}, {"main": {"options": {"r_a": {"type": "int", "default": 2}}}}, "main.r_a default 2 differs"),
+    ({"r_a": "x"}, {"main": {"options": {"r_a": {"choices": ["y"]}}}}, "main.r_a default 'x' is not among choices"),
+    ({"r_a": 1}, {"main": {"options": {"r_a": {"type": "int"}}}, "start": {"options": {"r_a": {"type": "str"}}}}, "start.r_a is type str"),
+    ({"r_a": 1}, {"main": {"options": {"r_a": {"type": "integer"}}}}, "unknown type 'integer'"),
+])
+def test_spec_checker_catches_drift(defaults, specs, problem):
+    assert any(problem in message for message in spec_problems(defaults, specs)), spec_problems(defaults, specs)
+
+
+def test_spec_checker_accepts_required_and_templated():
+    specs = {"main": {"options": {"r_a": {"type": "int"}, "r_req": {"type": "str", "required": True}, "r_p": {"type": "path"}}}}
+    assert spec_problems({"r_a": "{{ other | int }}", "r_p": None}, specs) == []
