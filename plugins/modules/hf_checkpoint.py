@@ -1,0 +1,263 @@
+#!/usr/bin/python
+# Copyright: Contributors to the dgxspark.vllm collection
+# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+---
+module: hf_checkpoint
+short_description: Download a Hugging Face checkpoint at one exact commit, verified file by file, resumable
+version_added: 0.1.0
+description:
+  - Resolves O(revision) of O(repo) to a commit on the hub (O(endpoint), C(HF_ENDPOINT)) and reads every
+    file's size, the SHA-256 of every LFS file and the git blob id of the others (the manifest).
+  - Verifies the local tree against the manifest. A stamp file (C(.dgxspark-stamp.json) in the tree) records
+    a verified tree with each file's size and modification time; a file the stamp still vouches for is not
+    hashed again, every other file is hashed.
+  - Downloads what is missing or wrong through huggingface_hub's HTTP layer into partial files that are kept
+    between runs (C(.cache/dgxspark/) in a local_dir tree, C(blobs/*.dgxspark-part) in the HF cache), so an
+    interrupted run resumes where it stopped. Each downloaded file is hashed before it is moved in place. A
+    file that fails verification is fetched again; verified files and files the hub does not list are never
+    deleted (the latter are reported in RV(verify.extra)).
+  - With O(download=false) it only verifies (and stamps a good tree), for example on a node that received the
+    tree from another node; give it that node's RV(manifest) so that it needs no hub access.
+  - Refuses denylisted repositories (RV(denylist_reason) says why) unless O(allow_denylisted=true).
+  - huggingface_hub is imported only when the hub is contacted; without it the module fails with a message
+    that says how to provide it.
+author:
+  - dgxspark.vllm contributors (@dgxspark)
+requirements:
+  - huggingface_hub (on the node, for the hub calls; not needed with O(manifest) and O(download=false))
+options:
+  repo:
+    description: Repository id on the hub, C(org/name).
+    type: str
+    required: true
+  revision:
+    description: Branch, tag or commit to stage. Resolved to a commit before anything is downloaded.
+    type: str
+    default: main
+  layout:
+    description:
+      - C(local_dir) is the recipe's flat C(--local-dir) tree at O(local_dir).
+      - C(hf_cache) is the hub cache layout (C(models--org--name/blobs|refs|snapshots)) under O(cache_dir).
+    type: str
+    choices: [local_dir, hf_cache]
+    default: local_dir
+  local_dir:
+    description: The tree for O(layout=local_dir). Required with that layout.
+    type: path
+  cache_dir:
+    description: The hub cache directory (C($HF_HOME/hub)) for O(layout=hf_cache). Required with that layout.
+    type: path
+  endpoint:
+    description: The hub's base URL. Empty means huggingface_hub's default (C(HF_ENDPOINT) or huggingface.co).
+    type: str
+    default: ""
+  token:
+    description: Hub access token for gated or private repositories. Never returned or logged.
+    type: str
+    default: ""
+  download:
+    description: Download what is missing or wrong. False only verifies and reports.
+    type: bool
+    default: true
+  verify:
+    description:
+      - C(quick) trusts files the stamp vouches for (same size and modification time) and hashes the rest.
+      - C(full) hashes every file.
+    type: str
+    choices: [quick, full]
+    default: quick
+  manifest:
+    description:
+      - A manifest returned by an earlier run of this module (RV(manifest)). When given, the hub is not asked.
+    type: dict
+  allow_denylisted:
+    description: Stage a denylisted repository anyway.
+    type: bool
+    default: false
+  progress_path:
+    description:
+      - File the module rewrites about every O(progress_interval) seconds while downloading, as JSON with
+        C(bytes_done), C(bytes_total), C(rate_bytes_per_s), C(file), C(files_done), C(files_total), C(state).
+    type: path
+  progress_interval:
+    description: Seconds between two writes of O(progress_path).
+    type: float
+    default: 2.0
+  min_free_bytes:
+    description: Free disk that must remain after the download; checked before anything is downloaded.
+    type: int
+    default: 1073741824
+attributes:
+  check_mode:
+    description: Can run in check_mode and return changed status prediction without modifying target.
+    support: full
+    details: Reads the hub metadata and verifies the local tree, then reports RV(would_download) without downloading or writing.
+  diff_mode:
+    description: Will return details on what has changed (or possibly needs changing in check_mode), when in diff mode.
+    support: none
+    details: The lists RV(downloaded) and RV(would_download) say what changes.
+  idempotent:
+    description: When run twice in a row outside check mode, with the same arguments, the second invocation indicates no change.
+    support: full
+    details: A second run finds a valid stamp, downloads nothing and reports no change.
+notes:
+  - The token is sent only to O(endpoint), in an C(Authorization) header. It is not written anywhere.
+  - A bit flip that keeps a file's size and modification time is caught only by O(verify=full).
+seealso:
+  - name: Hugging Face Hub download guide
+    description: The hub's file layout, C(--local-dir) and the cache.
+    link: https://huggingface.co/docs/huggingface_hub/guides/download
+"""
+
+EXAMPLES = r"""
+- name: Download the NVFP4 checkpoint to the recipe's path, verified
+  dgxspark.vllm.hf_checkpoint:
+    repo: RedHatAI/GLM-5.3-Flash-NVFP4
+    revision: main
+    local_dir: /var/tmp/models/GLM-5.3-Flash-NVFP4-redhat
+    token: "{{ dgxspark_vllm_hf_token }}"
+  register: staged
+  no_log: "{{ dgxspark_vllm_secure_logging }}"
+
+- name: Verify a copy received from the head against the head's manifest (no hub access)
+  dgxspark.vllm.hf_checkpoint:
+    repo: RedHatAI/GLM-5.3-Flash-NVFP4
+    local_dir: /var/tmp/models/GLM-5.3-Flash-NVFP4-redhat
+    manifest: "{{ staged.manifest }}"
+    download: false
+"""
+
+RETURN = r"""
+commit:
+  description: The commit the revision resolved to.
+  returned: always
+  type: str
+  sample: 0123456789abcdef0123456789abcdef01234567
+root:
+  description: The verified tree (O(local_dir), or C(snapshots/<commit>) in the HF cache).
+  returned: always
+  type: str
+  sample: /var/tmp/models/GLM-5.3-Flash-NVFP4-redhat
+manifest:
+  description: Repo, commit, total bytes and every file with size, sha256 (LFS) or blob_id.
+  returned: always
+  type: dict
+  sample: {repo: org/name, commit: "0123456789abcdef0123456789abcdef01234567", total_bytes: 42, files: []}
+verify:
+  description: The tree after the run, file names by verdict (good, missing, wrong_size, wrong_hash, extra), ok, hashed_bytes.
+  returned: always
+  type: dict
+  sample: {ok: true, good: [config.json], missing: [], wrong_size: [], wrong_hash: [], extra: [], hashed_bytes: 0}
+complete:
+  description: Every file of the manifest is present and verified.
+  returned: always
+  type: bool
+  sample: true
+downloaded:
+  description: Files downloaded by this run.
+  returned: always
+  type: list
+  elements: str
+  sample: [model-00001-of-00004.safetensors]
+downloaded_bytes:
+  description: Sum of the sizes of RV(downloaded).
+  returned: always
+  type: int
+  sample: 16777216
+refetched:
+  description: Files that were on disk but failed verification, and were fetched again.
+  returned: always
+  type: list
+  elements: str
+  sample: []
+would_download:
+  description: Files missing or wrong before the run (in check mode, what a real run downloads).
+  returned: always
+  type: list
+  elements: str
+  sample: []
+would_download_bytes:
+  description: Sum of the sizes of RV(would_download).
+  returned: always
+  type: int
+  sample: 0
+stamp_valid_before:
+  description: Whether a valid stamp vouched for the whole tree when the run started.
+  returned: always
+  type: bool
+  sample: true
+stamp_reason:
+  description: Why the stamp was or was not valid when the run started.
+  returned: always
+  type: str
+  sample: stamp matches every file
+generation_config:
+  description: The checkpoint's generation_config.json (verified against the hub's commit), when complete and present.
+  returned: always
+  type: dict
+  sample: {temperature: 1.0}
+sampling:
+  description: The sampling values RV(generation_config) sets (temperature, top_p, top_k, ...).
+  returned: always
+  type: dict
+  sample: {temperature: 1.0}
+denylist_reason:
+  description: Why the repository is denylisted, when it is (and was staged with O(allow_denylisted)).
+  returned: always
+  type: str
+  sample: ""
+"""
+
+from ansible.module_utils.basic import AnsibleModule
+
+from ansible_collections.dgxspark.vllm.plugins.module_utils import _hub_stage as hs
+from ansible_collections.dgxspark.vllm.plugins.module_utils import _manifest as mf
+
+
+def main() -> None:
+    module = AnsibleModule(
+        argument_spec=dict(
+            repo=dict(type="str", required=True),
+            revision=dict(type="str", default="main"),
+            layout=dict(type="str", choices=["local_dir", "hf_cache"], default="local_dir"),
+            local_dir=dict(type="path"),
+            cache_dir=dict(type="path"),
+            endpoint=dict(type="str", default=""),
+            token=dict(type="str", default="", no_log=True),
+            download=dict(type="bool", default=True),
+            verify=dict(type="str", choices=["quick", "full"], default="quick"),
+            manifest=dict(type="dict"),
+            allow_denylisted=dict(type="bool", default=False),
+            progress_path=dict(type="path"),
+            progress_interval=dict(type="float", default=2.0),
+            min_free_bytes=dict(type="int", default=1 << 30),
+        ),
+        required_if=[("layout", "local_dir", ["local_dir"]), ("layout", "hf_cache", ["cache_dir"])],
+        supports_check_mode=True,
+    )
+    p = module.params
+    try:
+        given = mf.manifest_from_dict(p["manifest"]) if p["manifest"] else None
+        out = hs.stage(repo=p["repo"], revision=p["revision"], layout_kind=p["layout"], local_dir=p["local_dir"],
+                       cache_dir=p["cache_dir"], endpoint=p["endpoint"] or None, token=p["token"] or None,
+                       download=p["download"], full_verify=p["verify"] == "full", check_mode=module.check_mode,
+                       allow_denylisted=p["allow_denylisted"], manifest=given, progress_path=p["progress_path"],
+                       progress_interval=p["progress_interval"], min_free_bytes=p["min_free_bytes"])
+    except (mf.ManifestError, hs.StageError, OSError) as exc:
+        module.fail_json(msg=str(exc))
+    gen = out.generation_config or {}
+    module.exit_json(
+        changed=out.changed or (module.check_mode and bool(out.would_download) and p["download"]),
+        commit=out.manifest.commit, root=out.root, manifest=out.manifest.to_dict(), verify=out.verify.to_dict(),
+        complete=out.verify.ok, downloaded=out.downloaded, downloaded_bytes=out.downloaded_bytes,
+        refetched=out.refetched, would_download=out.would_download, would_download_bytes=out.would_download_bytes,
+        stamp_valid_before=out.stamp_valid_before, stamp_reason=out.stamp_reason, generation_config=gen,
+        sampling=mf.sampling_values(gen), denylist_reason=out.denylist_reason or "",
+    )
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,169 @@
+# Copyright: Contributors to the dgxspark.vllm collection
+# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
+"""dgxspark.vllm.hf_checkpoint against the lab hub on 127.0.0.1: check mode, download + verify, re-run,
+corrupted file re-fetched, dropped connection resumed by the next run, HF-cache layout, verify-only."""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+
+import pytest
+
+from ansible_collections.dgxspark.vllm.plugins.module_utils import _hub_stage as hs
+from ansible_collections.dgxspark.vllm.plugins.modules import hf_checkpoint
+from helpers.lab_hub import hub, online_hub_env, running_hub
+from helpers.module_runner import ModuleFail, run_module
+
+pytest.importorskip("huggingface_hub")
+MIB = 1024 * 1024
+REPO = "lab/random"
+SHARD = "model-00001-of-00002.safetensors"
+
+
+@pytest.fixture(name="repos", scope="module")
+def fixture_repos(tmp_path_factory):
+    root = tmp_path_factory.mktemp("repos")
+    hub.make_random(str(root / "lab" / "random"), shards=2, shard_mib=16, seed=1)
+    return root
+
+
+@pytest.fixture(name="lab")
+def fixture_lab(repos, monkeypatch):
+    with running_hub(repos, token="tok") as h:
+        online_hub_env(monkeypatch, h.url)
+        yield h
+
+
+def args(lab, dest, **over):
+    base = {"repo": REPO, "local_dir": str(dest), "endpoint": lab.url, "token": "tok", "min_free_bytes": 0}
+    base.update(over)
+    return base
+
+
+def sha(path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def body_bytes(lab) -> int:
+    return lab.stats()["body_bytes"]
+
+
+def test_check_mode_downloads_nothing(lab, tmp_path):
+    result = run_module(hf_checkpoint.main, args(lab, tmp_path / "m"), check_mode=True)
+    assert result["changed"] is True and not result["complete"]
+    assert len(result["would_download"]) == 5 and result["would_download_bytes"] > 32 * MIB
+    assert not (tmp_path / "m").exists()
+    assert body_bytes(lab) == 0
+
+
+def test_download_verify_then_rerun_downloads_nothing(lab, repos, tmp_path):
+    dest = tmp_path / "m"
+    progress = tmp_path / "progress.json"
+    first = run_module(hf_checkpoint.main, args(lab, dest, progress_path=str(progress)))
+    assert first["changed"] and first["complete"] and first["verify"]["ok"]
+    assert sorted(first["downloaded"]) == sorted(f["path"] for f in first["manifest"]["files"])
+    assert first["sampling"] == {"temperature": 1.0}
+    for name in os.listdir(repos / "lab" / "random"):
+        assert sha(dest / name) == sha(repos / "lab" / "random" / name)
+    assert json.loads((dest / ".dgxspark-stamp.json").read_text())["commit"] == first["commit"]
+    done = json.loads(progress.read_text())
+    assert done["state"] == "done" and done["bytes_done"] == done["bytes_total"] == first["downloaded_bytes"]
+    served = body_bytes(lab)
+    assert served == first["manifest"]["total_bytes"]          # every byte fetched once
+    again = run_module(hf_checkpoint.main, args(lab, dest))
+    assert again["changed"] is False and again["downloaded"] == [] and again["stamp_valid_before"]
+    assert again["verify"]["hashed_bytes"] == 0
+    assert body_bytes(lab) == served                          # nothing downloaded
+
+
+def test_corrupted_file_is_refetched(lab, tmp_path):
+    dest = tmp_path / "m"
+    run_module(hf_checkpoint.main, args(lab, dest))
+    shard = dest / SHARD
+    data = bytearray(shard.read_bytes())
+    data[5 * MIB] ^= 0xFF
+    shard.write_bytes(bytes(data))
+    other_inode = (dest / "model-00002-of-00002.safetensors").stat().st_ino
+    lab.reset()
+    result = run_module(hf_checkpoint.main, args(lab, dest))
+    assert result["changed"] and result["refetched"] == [SHARD] and result["downloaded"] == [SHARD]
+    assert result["complete"] and not result["stamp_valid_before"]
+    assert body_bytes(lab) == 16 * MIB
+    assert (dest / "model-00002-of-00002.safetensors").stat().st_ino == other_inode   # verified file untouched
+
+
+def test_dropped_connection_resumes_on_next_run(lab, tmp_path, monkeypatch):
+    monkeypatch.setattr("time.sleep", lambda s: None)   # huggingface_hub's in-run retries wait 1 s each
+    dest = tmp_path / "m"
+    lab.fault(mode="cut_at", bytes=12 * MIB, match=SHARD, times=-1)
+    with pytest.raises(ModuleFail, match="partial file is kept"):
+        run_module(hf_checkpoint.main, args(lab, dest))
+    part = dest / ".cache" / "dgxspark" / (SHARD + hs.PART_SUFFIX)
+    kept = part.stat().st_size
+    assert 0 < kept <= 12 * MIB
+    lab.clear_fault()
+    lab.reset()
+    result = run_module(hf_checkpoint.main, args(lab, dest))
+    assert result["complete"] and SHARD in result["downloaded"]
+    gets = [r for r in lab.stats()["requests"] if r["method"] == "GET" and r["path"].endswith(SHARD)]
+    assert gets[0]["range"] == "bytes=%d-" % kept and gets[0]["status"] == 206
+    assert not part.exists()
+
+
+def test_hf_cache_layout(lab, tmp_path):
+    cache = tmp_path / "hub"
+    result = run_module(hf_checkpoint.main, {"repo": REPO, "layout": "hf_cache", "cache_dir": str(cache),
+                                             "endpoint": lab.url, "token": "tok", "min_free_bytes": 0})
+    repo_cache = cache / "models--lab--random"
+    snap = repo_cache / "snapshots" / result["commit"]
+    assert result["complete"] and result["root"] == str(snap)
+    assert (snap / SHARD).is_symlink()
+    assert os.readlink(snap / SHARD) == "../../blobs/" + next(
+        f["sha256"] for f in result["manifest"]["files"] if f["path"] == SHARD)
+    assert (repo_cache / "refs" / "main").read_text() == result["commit"]
+    assert run_module(hf_checkpoint.main, {"repo": REPO, "layout": "hf_cache", "cache_dir": str(cache),
+                                           "endpoint": lab.url, "token": "tok"})["changed"] is False
+
+
+def test_verify_only_with_given_manifest_needs_no_hub(lab, tmp_path):
+    head = run_module(hf_checkpoint.main, args(lab, tmp_path / "head"))
+    worker = tmp_path / "worker"
+    worker.mkdir()
+    (worker / "config.json").write_bytes((tmp_path / "head" / "config.json").read_bytes())
+    lab.reset()
+    partial = run_module(hf_checkpoint.main, {"repo": REPO, "local_dir": str(worker), "manifest": head["manifest"],
+                                              "download": False})
+    assert not partial["complete"] and partial["changed"] is False
+    assert len(partial["verify"]["missing"]) == 4 and partial["verify"]["good"] == ["config.json"]
+    assert lab.stats()["requests"] == []                       # the hub was not asked
+    for name in partial["verify"]["missing"]:
+        (worker / name).write_bytes((tmp_path / "head" / name).read_bytes())
+    done = run_module(hf_checkpoint.main, {"repo": REPO, "local_dir": str(worker), "manifest": head["manifest"],
+                                           "download": False})
+    assert done["complete"] and done["changed"] and (worker / ".dgxspark-stamp.json").exists()
+
+
+def test_denylisted_repo_refused(tmp_path):
+    with pytest.raises(ModuleFail, match="54150"):
+        run_module(hf_checkpoint.main, {"repo": "LibertAIDAI/GLM-5.3-Flash-NVFP4", "local_dir": str(tmp_path)})
+
+
+def test_wrong_token_fails_with_hub_message(lab, tmp_path):
+    with pytest.raises(ModuleFail, match="cannot read lab/random@main") as err:
+        run_module(hf_checkpoint.main, args(lab, tmp_path / "m", token="wrong"))
+    assert "wrong" not in err.value.result["msg"]
+
+
+def test_missing_library_message(monkeypatch):
+    import builtins  # pylint: disable=import-outside-toplevel
+    real_import = builtins.__import__
+
+    def fake_import(name, *a, **k):
+        if name.startswith("huggingface_hub"):
+            raise ImportError("No module named 'huggingface_hub'")
+        return real_import(name, *a, **k)
+
+    monkeypatch.setattr(builtins, "__import__", fake_import)
+    with pytest.raises(hs.HubLibraryMissingError, match="checkpoint_wheelhouse"):
+        hs.import_hub()
