@@ -70,7 +70,7 @@ def summarise_stream(start: float, timed_events: Sequence[tuple[float, dict[str,
     text_times = [t for t, e in timed_events if event_has_text(e)]
     if not text_times:
         raise BenchError("the stream carried no text")
-    usage = next((e["usage"] for _, e in reversed(timed_events) if e.get("usage")), None) or {}
+    usage = next((e["usage"] for _stamp, e in reversed(timed_events) if e.get("usage")), None) or {}
     tokens = int(usage.get("completion_tokens") or len(text_times))
     first, last = text_times[0], text_times[-1]
     decode = (tokens - 1) / (last - first) if tokens > 1 and last > first else None

@@ -374,4 +374,3 @@ def sampling_conflicts(generation_config: Mapping[str, Any] | None, intended: Ma
         elif own[key] != value:
             problems.append("%s=%r in inventory contradicts the checkpoint's %s=%r" % (key, value, key, own[key]))
     return problems
-

@@ -70,9 +70,9 @@ def bar_chart(groups: Sequence[tuple[str, Sequence[float]]], width: int = 480, h
     if not groups:
         raise PngError("nothing to draw")
     series = len(groups[0][1])
-    if series < 1 or any(len(values) != series for _, values in groups):
+    if series < 1 or any(len(values) != series for _label, values in groups):
         raise PngError("every group needs the same number of values (at least one)")
-    values = [v for _, vs in groups for v in vs]
+    values = [v for _label, vs in groups for v in vs]
     if any(v < 0 for v in values):
         raise PngError("bar values must be >= 0")
     top = max(values) or 1.0

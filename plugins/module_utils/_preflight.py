@@ -437,7 +437,7 @@ def mtu_checks(mtus: dict[str, tuple[str | None, int | None]], min_mtu: int = 90
         if len(values) > 1:
             out[node] = Check("cx7_mtu", FAIL, "The CX7 MTU differs across nodes: %s." % listing,
                               "Set the same MTU (%d) on the CX7 interface of every node (netplan `mtu: %d`), on "
-                              "both ends of the cable." % (max(min_mtu, max(values)), max(min_mtu, max(values))),
+                              "both ends of the cable." % (max(min_mtu, *values), max(min_mtu, *values)),
                               data)
         elif mtu is not None and mtu < min_mtu:
             out[node] = Check("cx7_mtu", WARN, "%s MTU %s, below %d (same on every node: %s)." % (
@@ -474,9 +474,8 @@ def ping_checks(node: str, pings: list[dict[str, Any]], iface: str | None, subne
         stdout = str(ping.get("stdout") or "")
         summary = _PING_SUMMARY_RE.search(stdout)
         rtt = _PING_RTT_RE.search(stdout)
-        evidence = "`ping -I %s -c 2 -W 2 %s` (%s's CX7 IP): %s" % (
-            iface, ip, target, summary.group(0) if summary else _last_line(ping.get("stderr"), ping.get("msg"),
-                                                                             stdout) or "rc %s" % rc)
+        outcome = summary.group(0) if summary else _last_line(ping.get("stderr"), ping.get("msg"), stdout) or "rc %s" % rc
+        evidence = "`ping -I %s -c 2 -W 2 %s` (%s's CX7 IP): %s" % (iface, ip, target, outcome)
         data = {"target": target, "ip": ip, "interface": iface, "rc": rc}
         if rc == 0:
             checks.append(Check(name, PASS, evidence + (" (%s)" % rtt.group(0) if rtt else "") + ".", "", data))
@@ -684,8 +683,8 @@ def gpu_holders_check(containers: list[dict[str, Any]], apps_probe: dict[str, An
     if foreign:
         parts.append("containers with GPU access: %s" % ", ".join(foreign))
     if apps:
-        parts.append("processes on the GPU: %s" % ", ".join("%s (pid %d, %s)" % (a["process_name"], a["pid"],
-                                                                                  a["used_memory"]) for a in apps))
+        procs = ", ".join("%s (pid %d, %s)" % (a["process_name"], a["pid"], a["used_memory"]) for a in apps)
+        parts.append("processes on the GPU: %s" % procs)
     if parts:
         return Check("gpu_free", FAIL, "The GPU is in use by something other than %s: %s." % (
             settings.container_name, "; ".join(parts)),
@@ -768,9 +767,8 @@ def _node_checks(node: dict[str, Any], settings: Settings, decision: InterfaceDe
     own_pids = parse_pids(str(own.get("stdout") or "")) if own and _rc(own) == 0 else frozenset()
     if listeners is not None:
         if _rc(listeners) != 0:
-            checks.append(Check("ports", FAIL, "`ss -Hltnp` failed: %s" % _last_line(listeners.get("stderr"),
-                                                                                    listeners.get("msg")),
-                                "Install iproute2 (ss) on the node."))
+            why = _last_line(listeners.get("stderr"), listeners.get("msg"))
+            checks.append(Check("ports", FAIL, "`ss -Hltnp` failed: %s" % why, "Install iproute2 (ss) on the node."))
         else:
             checks.extend(port_checks(parse_ss_listeners(str(listeners.get("stdout") or "")), own_pids, settings,
                                       node.get("role") == "head"))

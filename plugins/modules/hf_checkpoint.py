@@ -18,7 +18,7 @@ description:
     between runs (C(.cache/dgxspark/) in a local_dir tree, C(blobs/*.dgxspark-part) in the HF cache), so an
     interrupted run resumes where it stopped. Each downloaded file is hashed before it is moved in place. A
     file that fails verification is fetched again; verified files and files the hub does not list are never
-    deleted (the latter are reported in RV(verify.extra)).
+    deleted (the latter are reported in the C(extra) list of RV(verify)).
   - With O(download=false) it only verifies (and stamps a good tree), for example on a node that received the
     tree from another node; give it that node's RV(manifest) so that it needs no hub access.
   - Refuses denylisted repositories (RV(denylist_reason) says why) unless O(allow_denylisted=true).

@@ -182,7 +182,7 @@ def _sweep(client: Client, body: dict, level: int) -> dict:
             with lock:
                 errors.append(_error(exc))
 
-    threads = [threading.Thread(target=one) for _ in range(level)]
+    threads = [threading.Thread(target=one) for _i in range(level)]
     start = time.monotonic()
     for t in threads:
         t.start()
@@ -201,8 +201,8 @@ def main() -> None:
             "model": {"type": "str", "required": True},
             "api_key": {"type": "str", "no_log": True},
             "timeout": {"type": "int", "default": 600},
-            "max_tokens": {"type": "int", "default": 256},
-            "large_prompt_tokens": {"type": "int", "default": 32768},
+            "max_tokens": {"type": "int", "default": 256, "no_log": False},
+            "large_prompt_tokens": {"type": "int", "default": 32768, "no_log": False},
             "concurrency": {"type": "list", "elements": "int", "default": [1, 2, 4]},
             "output_dir": {"type": "path", "required": True},
         },

@@ -188,7 +188,7 @@ def main() -> None:
             "prompts": {"type": "dict", "required": True, "options": _FOUR_STR},
             "tool": {"type": "dict", "required": True},
             "tool_choice": {"type": "str", "choices": ["named", "required"], "default": "named"},
-            "max_tokens": {"type": "dict", "required": True, "options": _FOUR_INT},
+            "max_tokens": {"type": "dict", "required": True, "options": _FOUR_INT, "no_log": False},
         },
         supports_check_mode=True,
     )

@@ -563,7 +563,7 @@ def test_rdma_skip_and_module_failure():
     assert [(c.name, c.status) for c in checks] == [("rdma", SKIPPED)]
     assert detected == {"ib_hca": "", "gid_index": None}
     failed = {"failed": True, "msg": "/sys does not look like a sysfs tree (no class/net under it)"}
-    checks, _ = rdma_checks(failed, LAB, "x", "", None)
+    checks, _detected = rdma_checks(failed, LAB, "x", "", None)
     assert [(c.name, c.status) for c in checks] == [("rdma", FAIL)]
     assert "no class/net" in checks[0].evidence
 
@@ -572,7 +572,7 @@ def test_rdma_no_hca_in_the_lab_points_at_the_recorded_tree():
     result = dict(rdma("lab_head", "10.77.1.11"), problems=[
         {"check": "no_hca", "severity": "error", "message": "No RDMA device", "fix": "Load mlx5_ib."}],
         gid_index=None)
-    checks, _ = rdma_checks(result, LAB, "enp1s0f1np1", "", None)
+    checks, _detected = rdma_checks(result, LAB, "enp1s0f1np1", "", None)
     assert checks[0].name == "rdma.no_hca"
     assert "preflight_sysfs_root" in checks[0].fix
     assert "preflight_sysfs_root" not in rdma_checks(result, SPARK, "enp1s0f1np1", "", None)[0][0].fix
@@ -586,7 +586,7 @@ def test_rdma_no_hca_in_the_lab_points_at_the_recorded_tree():
     ("rocep1s0f1", None, [("pin.ib_hca", WARN)]),
 ])
 def test_pins_against_detected(pin_hca, pin_gid, expected):
-    checks, _ = rdma_checks(rdma("lab_head", "10.77.1.11"), LAB, "enp1s0f1np1", pin_hca, pin_gid)
+    checks, _detected = rdma_checks(rdma("lab_head", "10.77.1.11"), LAB, "enp1s0f1np1", pin_hca, pin_gid)
     assert [(c.name, c.status) for c in checks if c.name.startswith("pin.")] == expected
 
 

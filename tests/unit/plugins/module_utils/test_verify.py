@@ -371,8 +371,8 @@ def test_report_unreachable_api_names_it():
                             "nodes": [{"node": "lab-head"}, {"node": "lab-worker"}]},
                       not_sent_reason="the API did not answer the controller")
     assert not report["ok"]
-    assert {(c["name"], c["node"]) for c in report["failed"]} == {("api_models", "lab-worker"),
-                                                                   ("api_models", "controller")}
+    expected = {("api_models", "lab-worker"), ("api_models", "controller")}
+    assert {(c["name"], c["node"]) for c in report["failed"]} == expected
     assert "connection refused" in report["message"]
     assert report["counts"]["skipped"] == 6
 

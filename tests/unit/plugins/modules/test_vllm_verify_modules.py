@@ -23,8 +23,8 @@ def _ok(name: str) -> dict:
 
 
 def test_plan_reads_generation_config_and_overrides():
-    result = run_module(vllm_verify_plan.main, dict(PLAN, generation_config='{"temperature": 1.0}',
-                                                   sampling={"top_p": 0.9}))
+    args = dict(PLAN, generation_config='{"temperature": 1.0}', sampling={"top_p": 0.9})
+    result = run_module(vllm_verify_plan.main, args)
     assert result["changed"] is False
     assert result["sampling"] == {"temperature": 1.0, "top_p": 0.9}
     assert result["requests"]["busy"]["ignore_eos"] is True
