@@ -1,0 +1,34 @@
+#!/usr/bin/env bash
+# Launch overhead on the lab: the launch playbook's wall time against the engine's own time to ready
+# (from its logs: the worker container's first log line to the head's "Application startup complete."),
+# and the time of a no-op re-run. Goals: overhead <= 10 % of engine start; no-op re-run < 20 s.
+# Usage: bench/launch.sh   (brings the lab up and stages the model if needed; leaves the serve running)
+set -euo pipefail
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+. "$ROOT/bin/lib.sh"
+cd "$ROOT"
+"$ROOT/bin/lab" up
+venv_activate
+inv=inventories/lab
+ansible-playbook -i $inv playbooks/staging.yml playbooks/cache_flush.yml >/dev/null
+ansible-playbook -i $inv playbooks/teardown.yml >/dev/null        # a cold launch: no serve container
+t0=$(date +%s.%N)
+ansible-playbook -i $inv playbooks/launch.yml >/dev/null
+t1=$(date +%s.%N)
+ansible-playbook -i $inv playbooks/launch.yml >/dev/null
+t2=$(date +%s.%N)
+first=$(docker exec dgxlab-worker docker logs --timestamps vllm_glm53 2>&1 | head -1 | cut -d' ' -f1)
+ready=$(docker exec dgxlab-head docker logs --timestamps vllm_glm53 2>&1 | grep -m1 'Application startup complete' | cut -d' ' -f1)
+python3 - "$t0" "$t1" "$t2" "$first" "$ready" <<'PY'
+import sys
+from datetime import datetime
+t0, t1, t2 = (float(x) for x in sys.argv[1:4])
+def ts(s):
+    return datetime.fromisoformat(s.rstrip("Z")[:26]).timestamp()
+engine = ts(sys.argv[5]) - ts(sys.argv[4])
+launch, noop = t1 - t0, t2 - t1
+print(f"launch wall time           {launch:7.1f} s")
+print(f"engine time to ready       {engine:7.1f} s  (worker's first log line -> head 'Application startup complete.')")
+print(f"overhead                   {launch - engine:7.1f} s  ratio {(launch - engine) / engine:.2f} of engine start (goal <= 0.10)")
+print(f"no-op re-run               {noop:7.1f} s  ratio {noop / 20:.2f} of the 20 s goal")
+PY
