@@ -90,17 +90,16 @@ options:
     description: Free disk that must remain after the download; checked before anything is downloaded.
     type: int
     default: 1073741824
+extends_documentation_fragment:
+  - dgxspark.vllm.attributes
 attributes:
   check_mode:
-    description: Can run in check_mode and return changed status prediction without modifying target.
     support: full
     details: Reads the hub metadata and verifies the local tree, then reports RV(would_download) without downloading or writing.
   diff_mode:
-    description: Will return details on what has changed (or possibly needs changing in check_mode), when in diff mode.
     support: none
     details: The lists RV(downloaded) and RV(would_download) say what changes.
   idempotent:
-    description: When run twice in a row outside check mode, with the same arguments, the second invocation indicates no change.
     support: full
     details: A second run finds a valid stamp, downloads nothing and reports no change.
 notes:

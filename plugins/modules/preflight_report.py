@@ -95,17 +95,16 @@ options:
     description: A CX7 MTU below this warns (a mismatch across nodes fails).
     type: int
     default: 9000
+extends_documentation_fragment:
+  - dgxspark.vllm.attributes
 attributes:
   check_mode:
-    description: Can run in check_mode and return changed status prediction without modifying target.
     support: full
     details: Computes from its arguments only; runs the same in check mode.
   diff_mode:
-    description: Will return details on what has changed (or possibly needs changing in check_mode), when in diff mode.
     support: none
     details: Nothing is changed, so there is no diff.
   idempotent:
-    description: When run twice in a row outside check mode, with the same arguments, the second invocation indicates no change.
     support: full
     details: Never changes anything; always reports no change.
 notes:

@@ -41,17 +41,16 @@ options:
       - The interface the inventory or the facts expect for O(cx7_ip). When given and the address is found
         on another interface, that is reported as a C(cx7_iface) problem.
     type: str
+extends_documentation_fragment:
+  - dgxspark.vllm.attributes
 attributes:
   check_mode:
-    description: Can run in check_mode and return changed status prediction without modifying target.
     support: full
     details: Only reads sysfs; runs the same in check mode.
   diff_mode:
-    description: Will return details on what has changed (or possibly needs changing in check_mode), when in diff mode.
     support: none
     details: Nothing is changed, so there is no diff.
   idempotent:
-    description: When run twice in a row outside check mode, with the same arguments, the second invocation indicates no change.
     support: full
     details: Never changes anything; always reports no change.
 notes:

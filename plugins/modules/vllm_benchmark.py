@@ -20,18 +20,16 @@ description:
   - Run it on the controller (C(delegate_to=localhost), C(run_once)); it needs only the Python standard library.
 author:
   - dgxspark.vllm contributors (@dgxspark)
+extends_documentation_fragment:
+  - dgxspark.vllm.attributes
 attributes:
   check_mode:
-    description: Can run in check_mode and return changed status prediction without modifying target.
     support: full
     details: In check mode no request is sent and no file is written; the module reports it would write files.
   diff_mode:
-    description: Will return details on what has changed (or possibly needs changing in check_mode), when in diff mode.
     support: none
     details: New result files are written; there is nothing to diff.
   idempotent:
-    description: When run twice in a row outside check mode, with the same arguments, the second invocation
-      indicates no change.
     support: none
     details: Every run measures again and writes new files.
 options:

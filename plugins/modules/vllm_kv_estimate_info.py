@@ -39,18 +39,16 @@ options:
       - Passed to C(docker logs --since) (a timestamp such as V(2026-11-30T20:00:00Z), or a relative time such
         as V(30m)). Only with O(container).
     type: str
+extends_documentation_fragment:
+  - dgxspark.vllm.attributes
 attributes:
   check_mode:
-    description: Can run in check_mode and return changed status prediction without modifying target.
     support: full
     details: The module only reads; it runs the same in check mode.
   diff_mode:
-    description: Will return details on what has changed (or possibly needs changing in check_mode), when in diff mode.
     support: none
     details: Nothing changes, so there is nothing to diff.
   idempotent:
-    description: When run twice in a row outside check mode, with the same arguments, the second invocation
-      indicates no change.
     support: full
     details: Never changes anything; the result depends only on the log.
 notes:

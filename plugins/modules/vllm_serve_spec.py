@@ -25,18 +25,16 @@ description:
   - Never touches the target and never reports a change.
 author:
   - dgxspark.vllm contributors (@dgxspark)
+extends_documentation_fragment:
+  - dgxspark.vllm.attributes
 attributes:
   check_mode:
-    description: Can run in check_mode and return changed status prediction without modifying target.
     support: full
     details: Pure rendering; the result is the same in check mode.
   diff_mode:
-    description: Will return details on what has changed (or possibly needs changing in check_mode), when in diff mode.
     support: none
     details: Nothing on the target is changed, so there is nothing to diff.
   idempotent:
-    description: When run twice in a row outside check mode, with the same arguments, the second invocation
-      indicates no change.
     support: full
     details: The same input always renders the same container and hash, and nothing is ever changed.
 options:

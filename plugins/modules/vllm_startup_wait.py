@@ -56,18 +56,16 @@ options:
     description: How many of the container's last log lines to return.
     type: int
     default: 30
+extends_documentation_fragment:
+  - dgxspark.vllm.attributes
 attributes:
   check_mode:
-    description: Can run in check_mode and return changed status prediction without modifying target.
     support: full
     details: In check mode nothing was started, so nothing is awaited; the module returns status C(check_mode).
   diff_mode:
-    description: Will return details on what has changed (or possibly needs changing in check_mode), when in diff mode.
     support: none
     details: Read-only.
   idempotent:
-    description: When run twice in a row outside check mode, with the same arguments, the second invocation
-      indicates no change.
     support: full
     details: Read-only; never reports a change.
 author:

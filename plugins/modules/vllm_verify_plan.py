@@ -18,18 +18,16 @@ description:
   - Pure computation; it never touches the target.
 author:
   - dgxspark.vllm contributors (@dgxspark)
+extends_documentation_fragment:
+  - dgxspark.vllm.attributes
 attributes:
   check_mode:
-    description: Can run in check_mode and return changed status prediction without modifying target.
     support: full
     details: Pure computation; the result is the same in check mode.
   diff_mode:
-    description: Will return details on what has changed (or possibly needs changing in check_mode), when in diff mode.
     support: none
     details: Nothing changes, so there is nothing to diff.
   idempotent:
-    description: When run twice in a row outside check mode, with the same arguments, the second invocation
-      indicates no change.
     support: full
     details: Never changes anything.
 options:
