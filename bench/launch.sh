@@ -17,8 +17,11 @@ ansible-playbook -i $inv playbooks/launch.yml >/dev/null
 t1=$(date +%s.%N)
 ansible-playbook -i $inv playbooks/launch.yml >/dev/null
 t2=$(date +%s.%N)
-first=$(docker exec dgxlab-worker docker logs --timestamps vllm_glm53 2>&1 | head -1 | cut -d' ' -f1)
-ready=$(docker exec dgxlab-head docker logs --timestamps vllm_glm53 2>&1 | grep -m1 'Application startup complete' | cut -d' ' -f1)
+tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
+docker exec dgxlab-worker docker logs --timestamps vllm_glm53 >"$tmp/worker.log" 2>&1
+docker exec dgxlab-head docker logs --timestamps vllm_glm53 >"$tmp/head.log" 2>&1
+first=$(sed -n 1p "$tmp/worker.log" | cut -d' ' -f1)
+ready=$(grep 'Application startup complete' "$tmp/head.log" | sed -n 1p | cut -d' ' -f1)
 python3 - "$t0" "$t1" "$t2" "$first" "$ready" <<'PY'
 import sys
 from datetime import datetime
