@@ -158,6 +158,18 @@ def not_sent_response(response: Mapping[str, Any] | None) -> bool:
     return response is None or bool(response.get("skipped"))
 
 
+def request_outcome(name: str, response: Mapping[str, Any] | None, what: str, url: str, node: str,
+                    skipped: str) -> Check | None:
+    """The check a request ends as before its body is judged: skipped when not sent, failed on a non-200
+    answer; None when there is a 200 answer to judge."""
+    if not_sent_response(response):
+        return Check(name, SKIPPED, skipped, node=node)
+    if _status(response) != 200:
+        evidence, cause, fix = http_failure(response, what, url)
+        return Check(name, FAIL, evidence, node=node, cause=cause, fix=fix, seconds=_elapsed(response))
+    return None
+
+
 def _message(body: Any) -> Mapping[str, Any] | None:
     if not isinstance(body, Mapping):
         return None
@@ -254,12 +266,10 @@ def judge_models(response: Mapping[str, Any] | None, node: str, url: str, served
                  max_model_len: int | None = None) -> Check:
     """`/v1/models` fetched from `node`: reachable, serving `served_model_name`, with max_model_len."""
     name = "api_models"
+    early = request_outcome(name, response, f"GET /v1/models from {node}", url, node, f"not requested from {node}")
+    if early is not None:
+        return early
     seconds = _elapsed(response)
-    if not_sent_response(response):
-        return Check(name, SKIPPED, f"not requested from {node}", node=node)
-    if _status(response) != 200:
-        evidence, cause, fix = http_failure(response, f"GET /v1/models from {node}", url)
-        return Check(name, FAIL, evidence, node=node, cause=cause, fix=fix, seconds=seconds)
     body = _body(response)
     data = body.get("data") if isinstance(body, Mapping) else None
     if not isinstance(data, list):
@@ -315,15 +325,11 @@ def judge_containers(states: Sequence[Mapping[str, Any]]) -> list[Check]:
 def judge_chat(response: Mapping[str, Any] | None, url: str, node: str = "controller",
                not_sent: str = "not requested") -> list[Check]:
     """One real chat completion (thinking disabled): non-empty text, and content non-empty (reasoning parser)."""
-    if not_sent_response(response):
-        reason = f"not sent: {not_sent}"
-        return [Check("chat_completion", SKIPPED, reason, node=node),
-                Check("reasoning_parser", SKIPPED, reason, node=node)]
+    early = request_outcome("chat_completion", response, "POST /v1/chat/completions", url, node, f"not sent: {not_sent}")
+    if early is not None:
+        follow = early.evidence if early.result == SKIPPED else "no completion to judge"
+        return [early, Check("reasoning_parser", SKIPPED, follow, node=node)]
     seconds = _elapsed(response)
-    if _status(response) != 200:
-        evidence, cause, fix = http_failure(response, "POST /v1/chat/completions", url)
-        return [Check("chat_completion", FAIL, evidence, node=node, cause=cause, fix=fix, seconds=seconds),
-                Check("reasoning_parser", SKIPPED, "no completion to judge", node=node)]
     body = _body(response)
     message = _message(body)
     if message is None:
@@ -370,12 +376,10 @@ def judge_tool_call(response: Mapping[str, Any] | None, url: str, tool_name: str
                     not_sent: str = "not requested") -> Check:
     """A forced tool call: parsed tool_calls present, naming the tool, arguments a JSON object."""
     name = "tool_call"
-    if not_sent_response(response):
-        return Check(name, SKIPPED, f"not sent: {not_sent}", node=node)
+    early = request_outcome(name, response, "POST /v1/chat/completions (forced tool)", url, node, f"not sent: {not_sent}")
+    if early is not None:
+        return early
     seconds = _elapsed(response)
-    if _status(response) != 200:
-        evidence, cause, fix = http_failure(response, "POST /v1/chat/completions (forced tool)", url)
-        return Check(name, FAIL, evidence, node=node, cause=cause, fix=fix, seconds=seconds)
     body = _body(response)
     message = _message(body)
     calls = message.get("tool_calls") if message is not None else None
@@ -439,12 +443,11 @@ def judge_utf8(response: Mapping[str, Any] | None, url: str, node: str = "contro
                not_sent: str = "not requested") -> Check:
     """Token integrity on a non-English prompt: no U+FFFD, valid UTF-8 (vLLM issue #54150)."""
     name = "token_integrity"
-    if not_sent_response(response):
-        return Check(name, SKIPPED, f"not sent: {not_sent}", node=node)
+    early = request_outcome(name, response, "POST /v1/chat/completions (non-English prompt)", url, node,
+                            f"not sent: {not_sent}")
+    if early is not None:
+        return early
     seconds = _elapsed(response)
-    if _status(response) != 200:
-        evidence, cause, fix = http_failure(response, "POST /v1/chat/completions (non-English prompt)", url)
-        return Check(name, FAIL, evidence, node=node, cause=cause, fix=fix, seconds=seconds)
     raw = response.get("content")
     problems = []
     if isinstance(raw, bytes):
