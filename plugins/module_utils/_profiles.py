@@ -39,6 +39,8 @@ class Profile:
     ipc_mode: str = "host"
     # env name -> flag: the env var is dropped when that flag ends up in the rendered command
     env_unless_flag: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
+    # env names left out (instead of an error) when their placeholder's value is unset
+    optional_env: frozenset[str] = frozenset()
 
 
 # Settings every profile understands, with the values shared by all profiles. A profile overrides some.
@@ -160,16 +162,19 @@ GLM53_FLASH_NVFP4 = Profile(
 )
 
 # The lab: the same path with what a CPU-only, RDMA-less node cannot have left out.
-# - no GPUs, no /dev/infiniband, no IB/NCCL_IB_*/NCCL_NET env, no CUDA/FlashInfer arch lists;
+# - no GPUs, no /dev/infiniband, NCCL's IB transport off (NCCL_IB_DISABLE=1; the CPU engine never loads NCCL);
+#   NCCL_IB_HCA and NCCL_IB_GID_INDEX stay, so the values preflight detects from the lab's recorded ConnectX-7
+#   sysfs trees are visible in each node's container env, as on a Spark (NCCL_IB_HCA only when known);
+# - no CUDA/FlashInfer arch lists, no NCCL_NET and no other IB tuning;
 # - no memlock ulimit: raising the hard limit needs CAP_SYS_RESOURCE, which lab nodes lack, and pinned
 #   memory only matters for RDMA;
 # - no MTP drafting (the tiny model has no MTP layers), no marlin MoE backend, no fp8 KV, no 2304 blocks;
 # - the CPU engine needs a KV size: VLLM_CPU_KVCACHE_SPACE (GiB) unless --kv-cache-memory-bytes is rendered.
 _LAB_DROPPED_ENV = frozenset({
-    "TORCH_CUDA_ARCH_LIST", "FLASHINFER_CUDA_ARCH_LIST", "NCCL_NET", "NCCL_IB_DISABLE", "NCCL_IB_HCA",
-    "NCCL_IB_GID_INDEX", "NCCL_IB_ROCE_VERSION_NUM", "NCCL_IB_ADDR_FAMILY", "NCCL_IB_ADDR_RANGE",
-    "NCCL_IB_MERGE_NICS",
+    "TORCH_CUDA_ARCH_LIST", "FLASHINFER_CUDA_ARCH_LIST", "NCCL_NET", "NCCL_IB_ROCE_VERSION_NUM",
+    "NCCL_IB_ADDR_FAMILY", "NCCL_IB_ADDR_RANGE", "NCCL_IB_MERGE_NICS",
 })
+_LAB_ENV_VALUES = MappingProxyType({"NCCL_IB_DISABLE": "1"})
 _LAB_DROPPED_ARGS = frozenset({"--speculative-config", "--moe-backend", "--kv-cache-dtype", "--block-size"})
 
 LAB_CPU = Profile(
@@ -181,7 +186,8 @@ LAB_CPU = Profile(
         max_model_len=4096,
         shm_size="1g",
     ),
-    env=tuple(item for item in _NVFP4_ENV if item[0] not in _LAB_DROPPED_ENV) + (
+    env=tuple((name, _LAB_ENV_VALUES.get(name, value)) for name, value in _NVFP4_ENV
+              if name not in _LAB_DROPPED_ENV) + (
         ("VLLM_CPU_KVCACHE_SPACE", "1"),
         ("VLLM_NO_USAGE_STATS", "1"),
         ("DO_NOT_TRACK", "1"),
@@ -191,6 +197,7 @@ LAB_CPU = Profile(
     volumes=_VOLUMES,
     capabilities=("IPC_LOCK",),
     env_unless_flag=MappingProxyType({"VLLM_CPU_KVCACHE_SPACE": "--kv-cache-memory-bytes"}),
+    optional_env=frozenset({"NCCL_IB_HCA"}),
 )
 
 PROFILES: Mapping[str, Profile] = MappingProxyType({

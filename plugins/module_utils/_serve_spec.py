@@ -609,6 +609,8 @@ def _render_env(profile: Profile, settings: dict[str, Any], values: Mapping[str,
         if unless is not None and unless in flags and name not in settings["extra_env"]:
             continue
         text, missing = _fill(template, values)
+        if text is None and name in profile.optional_env:
+            continue
         if text is None:
             raise _missing(str(missing), name, node, profile, "settings.remove_env")
         env[name] = text

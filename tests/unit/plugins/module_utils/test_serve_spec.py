@@ -518,7 +518,10 @@ def test_lab_profile_turns_off_what_the_lab_cannot_have() -> None:
     assert container["device_requests"] == [] and container["devices"] == [] and container["ulimits"] == []
     assert "--gpus" not in spec.command_line and "/dev/infiniband" not in spec.command_line
     assert container["shm_size"] == "1g"
-    assert not [name for name in env if name.startswith("NCCL_IB_") or name == "NCCL_NET"]
+    # IB off; of the IB env only the detected per-node facts stay (the HCA only when known)
+    assert [name for name in env if name.startswith("NCCL_IB_") or name == "NCCL_NET"] == \
+        ["NCCL_IB_DISABLE", "NCCL_IB_GID_INDEX"]
+    assert env["NCCL_IB_DISABLE"] == "1" and env["NCCL_IB_GID_INDEX"] == "3"
     for name in ("TORCH_CUDA_ARCH_LIST", "FLASHINFER_CUDA_ARCH_LIST"):
         assert name not in env
     for flag in ("--speculative-config", "--moe-backend", "--kv-cache-dtype", "--block-size"):
@@ -574,12 +577,24 @@ def test_lab_kv_space_only_without_kv_bytes(settings: dict[str, Any], kv_env: st
 
 def test_lab_needs_no_rdma_settings_and_warns_on_unused_ones() -> None:
     assert lab().warnings == ()
-    spec = lab(ib_hca="mlx5_0", speculative_config='{"method":"mtp"}')
-    assert spec.warnings == (
-        "settings.ib_hca is ignored: profile lab_cpu does not use it",
-        "settings.speculative_config is ignored: profile lab_cpu does not use it",
-    )
-    assert "NCCL_IB_HCA" not in spec.container["env"]
+    assert "NCCL_IB_HCA" not in lab().container["env"]
+    spec = lab(speculative_config='{"method":"mtp"}')
+    assert spec.warnings == ("settings.speculative_config is ignored: profile lab_cpu does not use it",)
+
+
+def test_lab_shows_the_detected_rdma_facts_per_node() -> None:
+    """The lab renders what preflight detected from the recorded sysfs trees (issue: facts visible in the env)."""
+    nodes = _nodes((0, {"cx7_ip": "10.91.0.11", "ib_hca": "rocep1s0f1,roceP2p1s0f1", "gid_index": 3}),
+                   (1, {"cx7_ip": "10.91.0.12", "ib_hca": "roceP2p1s0f1", "gid_index": 4}))
+    base: dict[str, Any] = {"cx7_iface": "eth0", "cx7_subnet": "10.91.0.0/24"}
+    head = render_spec("lab_cpu", nodes, "spark1", base).container["env"]
+    worker = render_spec("lab_cpu", nodes, "spark2", base).container["env"]
+    assert (head["NCCL_IB_HCA"], head["NCCL_IB_GID_INDEX"]) == ("rocep1s0f1,roceP2p1s0f1", "3")
+    assert (worker["NCCL_IB_HCA"], worker["NCCL_IB_GID_INDEX"]) == ("roceP2p1s0f1", "4")
+    # the NVFP4 profile still requires the HCA: optional env is a per-profile choice
+    with pytest.raises(SpecError, match="needs ib_hca"):
+        render_spec("glm53_flash_nvfp4", _nodes((0, {"cx7_ip": "10.91.0.11"}), (1, {"cx7_ip": "10.91.0.12"})),
+                    "spark1", {**base, "model_path": "/m", "image": "i"})
 
 
 def test_lab_may_add_flags_it_does_not_bind() -> None:

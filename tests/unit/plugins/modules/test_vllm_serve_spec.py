@@ -86,8 +86,8 @@ def test_lab_profile() -> None:
 
 def test_unused_setting_is_a_warning() -> None:
     with mock.patch.object(basic.AnsibleModule, "warn") as warn:
-        run_module(vllm_serve_spec.main, args(profile="lab_cpu", settings={"cx7_iface": "eth0", "ib_hca": "mlx5_0"}))
-    warn.assert_called_once_with("settings.ib_hca is ignored: profile lab_cpu does not use it")
+        run_module(vllm_serve_spec.main, args(profile="lab_cpu", settings={"cx7_iface": "eth0", "speculative_config": "{}"}))
+    warn.assert_called_once_with("settings.speculative_config is ignored: profile lab_cpu does not use it")
 
 
 @pytest.mark.parametrize("extra, message", [
