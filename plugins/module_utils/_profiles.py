@@ -16,7 +16,7 @@ Adding a profile (e.g. a future ``glm53_flash_exl3``): add a `Profile` to `PROFI
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any
 
@@ -37,8 +37,6 @@ class Profile:
     capabilities: tuple[str, ...] = ()
     network_mode: str = "host"
     ipc_mode: str = "host"
-    # env name -> flag: the env var is dropped when that flag ends up in the rendered command
-    env_unless_flag: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
     # env names left out (instead of an error) when their placeholder's value is unset
     optional_env: frozenset[str] = frozenset()
 
@@ -169,7 +167,9 @@ GLM53_FLASH_NVFP4 = Profile(
 # - no memlock ulimit: raising the hard limit needs CAP_SYS_RESOURCE, which lab nodes lack, and pinned
 #   memory only matters for RDMA;
 # - no MTP drafting (the tiny model has no MTP layers), no marlin MoE backend, no fp8 KV, no 2304 blocks;
-# - the CPU engine needs a KV size: VLLM_CPU_KVCACHE_SPACE (GiB) unless --kv-cache-memory-bytes is rendered.
+# - KV size: on CPU, --gpu-memory-utilization is a fraction of host RAM; 0.1 (≈ 1.75 GiB of the lab's
+#   machine) lets vLLM auto-size the KV cache (`Auto set (X/Y) GiB`, ≈ 1.2 GiB per rank), which is the estimate
+#   the launch role's calibration reads back before it relaunches with --kv-cache-memory-bytes.
 _LAB_DROPPED_ENV = frozenset({
     "TORCH_CUDA_ARCH_LIST", "FLASHINFER_CUDA_ARCH_LIST", "NCCL_NET", "NCCL_IB_ROCE_VERSION_NUM",
     "NCCL_IB_ADDR_FAMILY", "NCCL_IB_ADDR_RANGE", "NCCL_IB_MERGE_NICS",
@@ -184,11 +184,11 @@ LAB_CPU = Profile(
         image="ghcr.io/dgxspark-lab/vllm-openai-cpu:v0.32.0",
         model_path="/var/tmp/models/tiny-glm53",
         max_model_len=4096,
+        gpu_memory_utilization=0.1,
         shm_size="1g",
     ),
     env=tuple((name, _LAB_ENV_VALUES.get(name, value)) for name, value in _NVFP4_ENV
               if name not in _LAB_DROPPED_ENV) + (
-        ("VLLM_CPU_KVCACHE_SPACE", "1"),
         ("VLLM_NO_USAGE_STATS", "1"),
         ("DO_NOT_TRACK", "1"),
         ("TMPDIR", "/tmp"),
@@ -196,7 +196,6 @@ LAB_CPU = Profile(
     args=tuple(item for item in _NVFP4_ARGS if item[0] not in _LAB_DROPPED_ARGS),
     volumes=_VOLUMES,
     capabilities=("IPC_LOCK",),
-    env_unless_flag=MappingProxyType({"VLLM_CPU_KVCACHE_SPACE": "--kv-cache-memory-bytes"}),
     optional_env=frozenset({"NCCL_IB_HCA"}),
 )
 

@@ -600,13 +600,9 @@ def _render_env(profile: Profile, settings: dict[str, Any], values: Mapping[str,
     present = {name for name, _template in profile.env}
     for name in sorted(remove - present):
         warnings.append(f"settings.remove_env: {name} is not set by profile {profile.name}; nothing removed")
-    flags = {_flag_name(token) for token in args if _is_flag(token)}
     env: dict[str, str] = {}
     for name, template in profile.env:
         if name in remove:
-            continue
-        unless = profile.env_unless_flag.get(name)
-        if unless is not None and unless in flags and name not in settings["extra_env"]:
             continue
         text, missing = _fill(template, values)
         if text is None and name in profile.optional_env:

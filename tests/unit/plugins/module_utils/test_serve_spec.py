@@ -527,8 +527,9 @@ def test_lab_profile_turns_off_what_the_lab_cannot_have() -> None:
     for flag in ("--speculative-config", "--moe-backend", "--kv-cache-dtype", "--block-size"):
         assert flag not in command
     assert flag_value(command, "--max-model-len") == "4096"
-    assert [env[name] for name in ("VLLM_CPU_KVCACHE_SPACE", "VLLM_NO_USAGE_STATS", "DO_NOT_TRACK", "TMPDIR")] == \
-        ["1", "1", "1", "/tmp"]
+    assert [env[name] for name in ("VLLM_NO_USAGE_STATS", "DO_NOT_TRACK", "TMPDIR")] == ["1", "1", "/tmp"]
+    assert "VLLM_CPU_KVCACHE_SPACE" not in env  # the KV size comes from calibration (or vLLM's auto-sizing)
+    assert flag_value(command, "--gpu-memory-utilization") == "0.1"
     assert env["VLLM_HOST_IP"] == "10.91.0.12" and env["GLOO_SOCKET_IFNAME"] == "eth0"
     assert env["HF_HUB_OFFLINE"] == "1"
     for flag in ("--enforce-eager", "--trust-remote-code", "--enable-auto-tool-choice"):
@@ -558,17 +559,17 @@ def test_lab_is_the_recipe_path_with_parts_left_out() -> None:
     assert set(nvfp4_flags) - set(lab_flags) == removed
     nvfp4_env = [name for name, _value in _profiles.GLM53_FLASH_NVFP4.env]
     lab_env = [name for name, _value in _profiles.LAB_CPU.env]
-    added = ["VLLM_CPU_KVCACHE_SPACE", "VLLM_NO_USAGE_STATS", "DO_NOT_TRACK", "TMPDIR"]
+    added = ["VLLM_NO_USAGE_STATS", "DO_NOT_TRACK", "TMPDIR"]
     assert lab_env == [name for name in nvfp4_env if name in lab_env] + added
 
 
 @pytest.mark.parametrize("settings, kv_env, kv_flag", [
-    ({}, "1", None),
+    ({}, None, None),
     ({"kv_cache_memory_bytes": 1073741824}, None, "1073741824"),
-    ({"kv_cache_memory_bytes": 1073741824, "remove_args": ["--kv-cache-memory-bytes"]}, "1", None),
+    ({"kv_cache_memory_bytes": 1073741824, "remove_args": ["--kv-cache-memory-bytes"]}, None, None),
     ({"kv_cache_memory_bytes": 1073741824, "extra_env": {"VLLM_CPU_KVCACHE_SPACE": "2"}}, "2", "1073741824"),
 ])
-def test_lab_kv_space_only_without_kv_bytes(settings: dict[str, Any], kv_env: str | None, kv_flag: str | None) -> None:
+def test_lab_kv_bytes_only_when_known(settings: dict[str, Any], kv_env: str | None, kv_flag: str | None) -> None:
     container = lab(**settings).container
     assert container["env"].get("VLLM_CPU_KVCACHE_SPACE") == kv_env
     command = container["command"]

@@ -80,7 +80,9 @@ def test_settings_types_are_converted_by_the_argument_spec() -> None:
 def test_lab_profile() -> None:
     result = run_module(vllm_serve_spec.main, args(profile="lab_cpu", node="spark2", settings={"cx7_iface": "eth0"}))
     assert result["container"]["device_requests"] == []
-    assert result["container"]["env"]["VLLM_CPU_KVCACHE_SPACE"] == "1"
+    assert "VLLM_CPU_KVCACHE_SPACE" not in result["container"]["env"]
+    command = result["container"]["command"]
+    assert command[command.index("--gpu-memory-utilization") + 1] == "0.1"
     assert result["headless"] is True
 
 
