@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import copy
 import json
-import os
 from typing import Any
 
 import pytest
@@ -29,8 +28,8 @@ from ansible_collections.dgxspark.vllm.plugins.module_utils._kv_calibration impo
     same_values,
 )
 from ansible_collections.dgxspark.vllm.plugins.module_utils._vllm_log import parse_log
+from helpers.fixtures import read_log
 
-FIXTURE_DIR = os.path.join(os.path.dirname(__file__), "..", "..", "..", "fixtures", "vllm_logs")
 
 COMMAND = [
     "/var/tmp/models/m", "--served-model-name", "glm", "--tensor-parallel-size", "2",
@@ -51,8 +50,7 @@ def _parts(command: list[str] | None = None, nodes: list[dict[str, Any]] | None 
 
 
 def _log(name: str) -> dict[str, Any]:
-    with open(os.path.join(FIXTURE_DIR, name), encoding="utf-8") as handle:
-        return parse_log(handle.read()).as_dict()
+    return parse_log(read_log(name)).as_dict()
 
 
 # ------------------------------------------------------------------------------------------------ flags
@@ -277,3 +275,26 @@ def test_no_estimate_without_suggestions_or_auto_sizing_everywhere(reports: dict
 def test_explicitly_set_cpu_kv_from_a_format_fixture_is_no_estimate() -> None:
     with pytest.raises(CalibrationError, match="CPU KV explicit 1.0 GiB"):
         choose({"head": _log("fmt_cpu_head_ready.log")})
+
+
+# ------------------------------------------------------------------------------- captured from the lab
+
+def test_lab_calibration_takes_the_auto_sized_kv_of_both_real_ranks() -> None:
+    chosen = choose({"lab-head": _log("lab_cpu_tp2_head_auto_kv.log.gz"),
+                     "lab-worker": _log("lab_cpu_tp2_worker_auto_kv.log.gz")})
+    assert chosen["source"] == "cpu_auto"
+    assert chosen["per_node"] == {"lab-head": int(1.21 * GIB), "lab-worker": int(1.21 * GIB)}
+    assert chosen["kv_cache_memory_bytes"] == int(1.21 * GIB)
+
+
+def test_lab_ready_logs_with_an_explicit_kv_size_give_no_estimate() -> None:
+    with pytest.raises(CalibrationError, match=r"lab-head \(phase api_up, CPU KV explicit 1.0 GiB\)"):
+        choose({"lab-head": _log("lab_cpu_tp2_head_ready.log.gz"),
+                "lab-worker": _log("lab_cpu_tp2_worker_ready.log.gz")})
+
+
+def test_lab_estimated_max_model_len_rounds_to_the_cpu_block_size() -> None:
+    report = _log("lab_cpu_tp2_head_estimated_max_len.log.gz")
+    assert report["estimated_max_model_len"] == 1048448
+    assert round_down_to_block(report["estimated_max_model_len"], 128) == 1048448
+    assert round_down_to_block(report["estimated_max_model_len"], 2304) == 1046016

@@ -7,10 +7,10 @@ captured log, drop it into that folder and add a row to FIXTURES.
 """
 from __future__ import annotations
 
-import os
 
 import pytest
 
+from helpers.fixtures import log_names, read_log
 from ansible_collections.dgxspark.vllm.plugins.module_utils._vllm_log import (
     PHASES,
     KvChoiceError,
@@ -30,7 +30,6 @@ from ansible_collections.dgxspark.vllm.plugins.module_utils._vllm_log import (
     parse_log,
 )
 
-FIXTURE_DIR = os.path.join(os.path.dirname(__file__), "..", "..", "..", "fixtures", "vllm_logs")
 
 FOLLOWER = "worker started without --headless (follower assertion)"
 
@@ -148,17 +147,100 @@ FIXTURES: dict[str, dict[str, object]] = {
         "cpu_kv_cache": {"kv_gib": 0.0, "total_gib": 13.71, "mode": "explicit", "numa_node": 0},
         "phase": "kv_allocated",
     },
+    # captured from the lab (bin/lab: two nodes, vLLM 0.32.0 CPU engine, tiny GLM model); see the README
+    "lab_cpu_tp2_head_ready.log.gz": {
+        "suggestions": [],
+        "kv_cache_memory_bytes": None,
+        "estimated_max_model_len": None,
+        "kv_cache_tokens": 4194304,
+        "kv_cache_pool": "CPU",
+        "max_concurrency": 1024.0,
+        "available_kv_cache_gib": None,
+        "cpu_kv_cache": {"kv_gib": 1.0, "total_gib": 17.46, "mode": "explicit", "numa_node": 0},
+        "phase": "api_up",
+        "phase_line": "Starting vLLM server on http://0.0.0.0:8000",
+        "engine_error": None,
+        "starts_seen": 1,
+    },
+    "lab_cpu_tp2_worker_ready.log.gz": {
+        "suggestions": [],
+        "kv_cache_tokens": None,
+        "cpu_kv_cache": {"kv_gib": 1.0, "total_gib": 17.46, "mode": "explicit", "numa_node": 0},
+        "phase": "kv_allocated",  # a headless follower never logs api_up
+        "phase_line": "Explicitly set (1.0/17.46) GiB for KV cache on node 0.",
+        "engine_error": None,
+        "starts_seen": 1,
+    },
+    "lab_cpu_tp2_head_auto_kv.log.gz": {
+        "suggestions": [],
+        "kv_cache_tokens": 5085952,
+        "kv_cache_pool": "CPU",
+        "max_concurrency": 1241.69,
+        "cpu_kv_cache": {"kv_gib": 1.21, "total_gib": 17.46, "mode": "auto", "numa_node": 0},
+        "phase": "api_up",
+        "engine_error": None,
+        "starts_seen": 1,
+    },
+    "lab_cpu_tp2_worker_auto_kv.log.gz": {
+        "cpu_kv_cache": {"kv_gib": 1.21, "total_gib": 17.46, "mode": "auto", "numa_node": 0},
+        "phase": "kv_allocated",
+        "phase_line": "Auto set (1.21/17.46) GiB for KV cache on node 0, with 1.75 GiB requested memory for the "
+                      "worker. 0.53 GiB memory was consumed by non-kv usages.",
+        "engine_error": None,
+        "starts_seen": 1,
+    },
+    "lab_cpu_tp2_head_estimated_max_len.log.gz": {
+        "estimated_max_model_len": 1048448,
+        "engine_error": "max-model-len does not fit the KV cache: the estimated maximum model length is 1048448",
+        "cpu_kv_cache": {"kv_gib": 0.25, "total_gib": 17.46, "mode": "explicit", "numa_node": 0},
+        "kv_cache_tokens": None,  # the check fails before the pool line
+        "phase": "kv_allocated",
+        "starts_seen": 1,
+        "last_line": "RuntimeError: Engine core initialization failed. See root cause above. Failed core proc(s): {}",
+    },
+    "lab_cpu_tp2_worker_estimated_max_len.log.gz": {
+        # the head failed; this headless worker kept running and logged nothing more
+        "estimated_max_model_len": None,
+        "engine_error": None,
+        "cpu_kv_cache": {"kv_gib": 0.25, "total_gib": 17.46, "mode": "explicit", "numa_node": 0},
+        "phase": "kv_allocated",
+        "last_line": "Explicitly set (0.25/17.46) GiB for KV cache on node 0.",
+    },
+    "lab_cpu_head_rendezvous_timeout.log.gz": {
+        "phase": "rendezvous",
+        "phase_line": "world_size=2 rank=0 local_rank=0 distributed_init_method=tcp://10.77.1.11:29521 backend=gloo",
+        "cpu_kv_cache": None,
+        "engine_error": "rendezvous timed out after 61 s: 1/2 clients joined (is every node started and able to "
+                        "reach --master-addr:--master-port?)",
+        "error_line": "torch.distributed.DistStoreError: Timed out after 61 seconds waiting for clients. "
+                      "1/2 clients joined.",
+        "starts_seen": 1,
+    },
+    "lab_cpu_worker_follower_assertion.log.gz": {
+        "phase": "weights_loaded",
+        "phase_line": "Loading weights took 0.01 seconds",
+        "cpu_kv_cache": None,
+        "engine_error": FOLLOWER,
+        "error_line": "AssertionError: collective_rpc should not be called on follower node",
+        "starts_seen": 1,
+    },
+    "lab_cpu_head_after_follower_assertion.log.gz": {
+        # the head hangs after its own KV allocation (removed with docker rm -f); no error is logged
+        "phase": "kv_allocated",
+        "cpu_kv_cache": {"kv_gib": 1.0, "total_gib": 17.46, "mode": "explicit", "numa_node": 0},
+        "kv_cache_tokens": None,
+        "engine_error": None,
+        "last_line": "Explicitly set (1.0/17.46) GiB for KV cache on node 0.",
+    },
 }
 
 
 def _read(name: str) -> str:
-    with open(os.path.join(FIXTURE_DIR, name), encoding="utf-8") as handle:
-        return handle.read()
+    return read_log(name)
 
 
 def test_every_fixture_has_a_row() -> None:
-    on_disk = {name for name in os.listdir(FIXTURE_DIR) if name.endswith(".log")}
-    assert on_disk == set(FIXTURES)
+    assert log_names() == set(FIXTURES)
 
 
 @pytest.mark.parametrize("name, expected", sorted(FIXTURES.items()), ids=sorted(FIXTURES))

@@ -3,7 +3,6 @@
 """Tests for the vllm_kv_estimate_info module and its docker logs adapter (run_command is faked)."""
 from __future__ import annotations
 
-import os
 from collections.abc import Sequence
 from typing import Any
 from unittest import mock
@@ -21,15 +20,14 @@ from ansible_collections.dgxspark.vllm.plugins.module_utils._docker_logs import 
     read_container_logs,
 )
 from ansible_collections.dgxspark.vllm.plugins.modules import vllm_kv_estimate_info
+from helpers.fixtures import read_log
 from helpers.module_runner import ModuleFail, run_module
 
-FIXTURE_DIR = os.path.join(os.path.dirname(__file__), "..", "..", "..", "fixtures", "vllm_logs")
 DOCKER = "/usr/bin/docker"
 
 
 def _read(name: str) -> str:
-    with open(os.path.join(FIXTURE_DIR, name), encoding="utf-8") as handle:
-        return handle.read()
+    return read_log(name)
 
 
 class FakeRun:
