@@ -297,4 +297,4 @@ def test_lab_estimated_max_model_len_rounds_to_the_cpu_block_size() -> None:
     report = _log("lab_cpu_tp2_head_estimated_max_len.log.gz")
     assert report["estimated_max_model_len"] == 1048448
     assert round_down_to_block(report["estimated_max_model_len"], 128) == 1048448
-    assert round_down_to_block(report["estimated_max_model_len"], 2304) == 1046016
+    assert round_down_to_block(report["estimated_max_model_len"], 2304) == 1048320
