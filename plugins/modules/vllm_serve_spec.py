@@ -14,7 +14,7 @@ description:
     equivalent C(docker run) line, and a config hash.
   - The profile V(glm53_flash_nvfp4) reproduces the recipe's NVFP4 C(docker run) command exactly, flag for
     flag and env for env. V(lab_cpu) is the same path for the CPU lab (no GPUs, no InfiniBand, no memlock
-    ulimit, no MTP, no fp8 KV, C(--max-model-len 4096), C(--gpu-memory-utilization 0.1): on CPU a fraction of
+    ulimit, no MTP, no fp8 KV, C(--max-model-len 4096), C(--gpu-memory-utilization 0.1), on CPU a fraction of
     host RAM from which vLLM auto-sizes the KV cache unless C(--kv-cache-memory-bytes) is rendered).
   - Per node only V(VLLM_HOST_IP), C(--node-rank), C(--headless) (last argument, every non-head node, never
     the head) and the node's own network identity (interface, HCAs, GID index) differ.
