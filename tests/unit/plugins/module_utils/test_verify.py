@@ -113,12 +113,20 @@ def test_chat_500_fails_and_skips_parser():
     chat, parser = v.judge_chat(resp, URL)
     assert (chat.result, parser.result) == ("fail", "skipped")
     assert "EngineCore encountered an issue" in chat.evidence and "dead rank" in chat.cause
+    # the parser check says why it was not judged, and does not repeat the request's failure as its own
+    assert (parser.evidence, parser.cause, parser.fix, parser.node) == ("no completion to judge", None, None, "controller")
+
+
+def test_chat_without_a_message_skips_the_parser_with_its_reason():
+    chat, parser = v.judge_chat({"status": 200, "json": {"object": "chat.completion", "choices": []}}, URL, node="lab-worker")
+    assert (chat.result, parser.result, parser.evidence, parser.node) == ("fail", "skipped", "no completion to judge", "lab-worker")
 
 
 def test_chat_not_sent_reason_is_shown():
     chat, parser = v.judge_chat({"skipped": True, "false_condition": "__verify_api_ok"}, URL, not_sent="API down")
     assert chat.result == parser.result == "skipped"
     assert "API down" in chat.evidence
+    assert parser.evidence == chat.evidence == "not sent: API down"
 
 
 # ------------------------------------------------------------------------------------------ tool call
