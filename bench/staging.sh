@@ -136,12 +136,13 @@ for i in range(rounds):
 print(json.dumps({"bytes": manifest.total_bytes, "verify_s": statistics.median(times["verify"]),
                   "read_s": statistics.median(times["read"]), "all": times}))
 PY
-docker exec dgxlab-head mkdir -p /tmp/dgxspark-bench/ansible_collections/dgxspark/vllm/plugins/module_utils
+# into the node through `docker exec` (docker cp cannot write under the node's /tmp, a tmpfs mount)
+put() { docker exec -i dgxlab-head sh -c "mkdir -p \"\$(dirname '$2')\" && cat > '$2'" <"$1"; }
 for f in _manifest.py _hub_stage.py; do
-  docker cp "$ROOT/plugins/module_utils/$f" "dgxlab-head:/tmp/dgxspark-bench/ansible_collections/dgxspark/vllm/plugins/module_utils/$f"
+  put "$ROOT/plugins/module_utils/$f" "/tmp/dgxspark-bench/ansible_collections/dgxspark/vllm/plugins/module_utils/$f"
 done
-docker cp "$out/manifest.json" dgxlab-head:/tmp/dgxspark-bench/manifest.json
-docker cp "$out/verify_bench.py" dgxlab-head:/tmp/dgxspark-bench/verify_bench.py
+put "$out/manifest.json" /tmp/dgxspark-bench/manifest.json
+put "$out/verify_bench.py" /tmp/dgxspark-bench/verify_bench.py
 docker exec dgxlab-head python3 /tmp/dgxspark-bench/verify_bench.py /tmp/dgxspark-bench/manifest.json "$TREE" "$ROUNDS" \
   >"$out/verify.json"
 
