@@ -210,7 +210,9 @@ class StageResult:
 def stage(*, repo: str, revision: str, layout_kind: str, local_dir: str | None, cache_dir: str | None,
           endpoint: str | None, token: str | None, download: bool, full_verify: bool, check_mode: bool,
           allow_denylisted: bool = False, manifest: mf.Manifest | None = None, progress_path: str | None = None,
-          progress_interval: float = 1.0, min_free_bytes: int = DISK_MARGIN_BYTES) -> StageResult:
+          progress_interval: float = 1.0, min_free_bytes: int = DISK_MARGIN_BYTES,
+          workers: int | None = None) -> StageResult:
+    """Verify (and with download, complete) one commit's tree; workers threads hash files (default: per CPU)."""
     reason = mf.check_denylist(repo, allow_denylisted)
     if manifest is None:
         manifest = fetch_manifest(repo, revision, endpoint, token)
@@ -220,14 +222,16 @@ def stage(*, repo: str, revision: str, layout_kind: str, local_dir: str | None, 
     stamp = mf.read_stamp(layout.root)
     valid, why = mf.stamp_valid(layout.root, manifest, stamp)
     trusted = {} if full_verify else mf.stamp_trusted(stamp, manifest)
-    result = mf.verify_tree(layout.root, manifest, trusted)
+    result = mf.verify_tree(layout.root, manifest, trusted, workers)
     out = StageResult(manifest=manifest, root=layout.root, verify=result, stamp_valid_before=valid,
                       stamp_reason=why, denylist_reason=reason)
     needed = [e for e in manifest.files if e.path in set(result.bad)]
     if layout.kind == "hf_cache":
         # a snapshot link may be missing while its blob is already there (another revision, same content)
-        for entry in list(needed):
-            if entry.path in result.missing and mf.file_matches(layout.blob_path(entry), entry) is None:
+        unlinked = [e for e in needed if e.path in result.missing]
+        verdicts = mf.files_match([(layout.blob_path(e), e) for e in unlinked], workers)
+        for entry, verdict in zip(unlinked, verdicts):
+            if verdict is None:
                 needed.remove(entry)
                 if not check_mode:
                     _link_snapshot(layout, entry)
@@ -239,7 +243,7 @@ def stage(*, repo: str, revision: str, layout_kind: str, local_dir: str | None, 
                               min_free_bytes, out)
         trusted_now = _trusted_after(layout, result)
         trusted_now.update(fresh)
-        out.verify = mf.verify_tree(layout.root, manifest, trusted_now)
+        out.verify = mf.verify_tree(layout.root, manifest, trusted_now, workers)
     if out.verify.ok and not check_mode:
         if layout.kind == "hf_cache" and revision != manifest.commit:
             ref = os.path.join(layout.repo_cache or "", "refs", revision)

@@ -13,16 +13,20 @@ import hashlib
 import json
 import os
 import posixpath
+import threading
 import time
+from concurrent.futures import FIRST_EXCEPTION, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
-from typing import Any, Mapping
+from typing import Any, Mapping, Sequence
 
 STAMP_NAME = ".dgxspark-stamp.json"
 STAMP_FORMAT = 1
 # Folders and files in a local tree that are not checkpoint files: huggingface_hub's own local_dir
 # metadata (.cache/huggingface), our partial downloads (.cache/dgxspark), the stamp.
 IGNORED_TOP = (".cache", STAMP_NAME)
-HASH_CHUNK = 8 * 1024 * 1024
+# One read per hash update: big enough that hashlib releases the GIL for nearly all the time spent hashing
+# (it does for any update over 2 KiB) and that the read syscalls stay few; one buffer per file being hashed.
+HASH_CHUNK = 16 * 1024 * 1024
 
 # Repositories refused unless the user overrides it, with the reason shown.
 DENYLIST: dict[str, str] = {
@@ -44,6 +48,10 @@ class ManifestError(Exception):
 
 class DenylistedRepoError(ManifestError):
     """The repository is on the denylist and the override is off."""
+
+
+class HashCancelledError(Exception):
+    """A file's hashing stopped early because another file's check failed (never leaves files_match)."""
 
 
 @dataclass(frozen=True)
@@ -166,23 +174,67 @@ def check_denylist(repo: str, allow: bool = False, denylist: Mapping[str, str] |
 
 # ---------------------------------------------------------------------------------------- hashing
 
-def git_blob_id(path: str, size: int) -> str:
+def available_cpus() -> int:
+    """CPUs this process may run on: its affinity mask where the OS has one (a container's cpuset), else all."""
+    getaffinity = getattr(os, "sched_getaffinity", None)
+    if getaffinity is not None:
+        try:
+            return max(1, len(getaffinity(0)))
+        except OSError:
+            pass
+    return max(1, os.cpu_count() or 1)
+
+
+def hash_workers(workers: int | None, jobs: int) -> int:
+    """Threads for jobs files: workers when given, else one per available CPU; never more than jobs, at least 1."""
+    if workers is not None and workers < 1:
+        raise ValueError("workers must be at least 1, got %r" % (workers,))
+    wanted = available_cpus() if workers is None else workers
+    return max(1, min(wanted, jobs))
+
+
+def _advise_sequential(fd: int) -> None:
+    """Tell the kernel the file is read once front to back (a larger read-ahead window), where it listens."""
+    advise = getattr(os, "posix_fadvise", None)
+    if advise is not None:
+        try:
+            advise(fd, 0, 0, os.POSIX_FADV_SEQUENTIAL)
+        except OSError:
+            pass
+
+
+def _digest_file(path: str, digest: Any, cancel: threading.Event | None = None) -> str:
+    """Feed the file at path to digest and return its hex digest.
+
+    Reads go into one reused buffer of up to HASH_CHUNK bytes (readinto, no copies); both the read and the
+    hash update release the GIL, so threads hashing different files run in parallel. cancel set stops the
+    loop at the next chunk with HashCancelledError.
+    """
+    with open(path, "rb", buffering=0) as handle:
+        fd = handle.fileno()
+        _advise_sequential(fd)
+        buffer = bytearray(max(1, min(HASH_CHUNK, os.fstat(fd).st_size)))
+        view = memoryview(buffer)
+        while True:
+            if cancel is not None and cancel.is_set():
+                raise HashCancelledError(path)
+            count = handle.readinto(view)
+            if not count:
+                break
+            digest.update(view[:count])
+    return digest.hexdigest()
+
+
+def git_blob_id(path: str, size: int, cancel: threading.Event | None = None) -> str:
     digest = hashlib.sha1(b"blob %d\x00" % size)  # noqa: S324 - git's object id, not a security use
-    with open(path, "rb") as handle:
-        for chunk in iter(lambda: handle.read(HASH_CHUNK), b""):
-            digest.update(chunk)
-    return digest.hexdigest()
+    return _digest_file(path, digest, cancel)
 
 
-def sha256_file(path: str) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as handle:
-        for chunk in iter(lambda: handle.read(HASH_CHUNK), b""):
-            digest.update(chunk)
-    return digest.hexdigest()
+def sha256_file(path: str, cancel: threading.Event | None = None) -> str:
+    return _digest_file(path, hashlib.sha256(), cancel)
 
 
-def file_matches(path: str, entry: FileEntry) -> str | None:
+def file_matches(path: str, entry: FileEntry, cancel: threading.Event | None = None) -> str | None:
     """None when the file on disk is entry; otherwise 'missing', 'wrong_size' or 'wrong_hash'."""
     try:
         size = os.stat(path).st_size
@@ -191,10 +243,50 @@ def file_matches(path: str, entry: FileEntry) -> str | None:
     if size != entry.size:
         return "wrong_size"
     if entry.sha256:
-        return None if sha256_file(path) == entry.sha256 else "wrong_hash"
+        return None if sha256_file(path, cancel) == entry.sha256 else "wrong_hash"
     if entry.blob_id:
-        return None if git_blob_id(path, size) == entry.blob_id else "wrong_hash"
+        return None if git_blob_id(path, size, cancel) == entry.blob_id else "wrong_hash"
     return None
+
+
+def files_match(checks: Sequence[tuple[str, FileEntry]], workers: int | None = None) -> list[str | None]:
+    """file_matches for every (path, entry) of checks, hashed in parallel; the verdicts in the order of checks.
+
+    workers threads (default: one per available CPU) take the largest files first, so the pool ends balanced
+    instead of waiting on one big shard started last. When a file's check raises (permission denied, an
+    I/O error), the files not started yet are not hashed, those being hashed stop at their next
+    chunk, and the error is raised: the first by position in checks among those that failed.
+    """
+    count = hash_workers(workers, len(checks))
+    if count == 1:
+        return [file_matches(path, entry) for path, entry in checks]
+    cancel = threading.Event()
+    with ThreadPoolExecutor(max_workers=count, thread_name_prefix="dgxspark-hash") as pool:
+        futures = {i: pool.submit(file_matches, checks[i][0], checks[i][1], cancel)
+                   for i in largest_first([check[1].size for check in checks])}
+        wait(futures.values(), return_when=FIRST_EXCEPTION)
+        if any(_failure(future) for future in futures.values()):
+            cancel.set()
+            for future in futures.values():
+                future.cancel()
+    for i in range(len(checks)):
+        error = _failure(futures[i])
+        if error is not None:
+            raise error
+    return [futures[i].result() for i in range(len(checks))]
+
+
+def largest_first(sizes: Sequence[int]) -> list[int]:
+    """Indexes of sizes, largest first; equal sizes keep their order."""
+    return sorted(range(len(sizes)), key=lambda i: -sizes[i])
+
+
+def _failure(future: Future) -> BaseException | None:
+    """The exception a finished check raised (a check stopped by cancellation does not count), else None."""
+    if not future.done() or future.cancelled():
+        return None
+    error = future.exception()
+    return None if isinstance(error, HashCancelledError) else error
 
 
 # ---------------------------------------------------------------------------------------- verify
@@ -237,37 +329,41 @@ def list_tree(root: str) -> list[str]:
     return sorted(found)
 
 
-def verify_tree(root: str, manifest: Manifest, trusted: Mapping[str, tuple[int, int]] | None = None) -> VerifyResult:
+def verify_tree(root: str, manifest: Manifest, trusted: Mapping[str, tuple[int, int]] | None = None,
+                workers: int | None = None) -> VerifyResult:
     """Check every manifest file under root: size always, content hash unless trusted.
 
     trusted maps a path to the (size, mtime_ns) recorded when it was last hashed good (from a stamp); a file
-    whose size and mtime_ns still match is counted good without hashing.
+    whose size and mtime_ns still match is counted good without hashing. The files left to hash are hashed
+    in parallel (files_match, workers threads); every list keeps the manifest's order.
     """
-    result = VerifyResult()
     trusted = trusted or {}
-    expected = manifest.by_path()
-    for entry in manifest.files:
-        path = os.path.join(root, entry.path)
-        try:
-            st = os.stat(path)
-        except FileNotFoundError:
-            result.missing.append(entry.path)
-            continue
-        if st.st_size != entry.size:
-            result.wrong_size.append(entry.path)
-            continue
-        if trusted.get(entry.path) == (st.st_size, st.st_mtime_ns):
-            result.good.append(entry.path)
-            continue
-        verdict = file_matches(path, entry)
+    status = {entry.path: _stat_status(os.path.join(root, entry.path), entry, trusted) for entry in manifest.files}
+    to_hash = [entry for entry in manifest.files if status[entry.path] == "hash"]
+    verdicts = files_match([(os.path.join(root, entry.path), entry) for entry in to_hash], workers)
+    result = VerifyResult()
+    for entry, verdict in zip(to_hash, verdicts):
+        status[entry.path] = "good" if verdict is None else "wrong_hash"
         result.hashed_bytes += entry.size
-        if verdict is None:
-            result.good.append(entry.path)
-        else:
-            result.wrong_hash.append(entry.path)
+    for entry in manifest.files:
+        getattr(result, status[entry.path]).append(entry.path)
     if os.path.isdir(root):
+        expected = manifest.by_path()
         result.extra = [p for p in list_tree(root) if p not in expected]
     return result
+
+
+def _stat_status(path: str, entry: FileEntry, trusted: Mapping[str, tuple[int, int]]) -> str:
+    """What the file's metadata alone says: 'missing', 'wrong_size', 'good' (trusted, unchanged) or 'hash'."""
+    try:
+        st = os.stat(path)
+    except FileNotFoundError:
+        return "missing"
+    if st.st_size != entry.size:
+        return "wrong_size"
+    if trusted.get(entry.path) == (st.st_size, st.st_mtime_ns):
+        return "good"
+    return "hash"
 
 
 # ---------------------------------------------------------------------------------------- stamp
