@@ -203,6 +203,8 @@ class StageResult:
     would_download_bytes: int = 0
     stamp_valid_before: bool = False
     stamp_reason: str = ""
+    copy_root: str = ""                 # what a copy from another node is relative to (repo cache, or the tree)
+    copy_paths: list[str] = field(default_factory=list)   # the files to copy there (would_download's)
     generation_config: dict[str, Any] | None = None
     denylist_reason: str | None = None
 
@@ -227,16 +229,26 @@ def stage(*, repo: str, revision: str, layout_kind: str, local_dir: str | None, 
                       stamp_reason=why, denylist_reason=reason)
     needed = [e for e in manifest.files if e.path in set(result.bad)]
     if layout.kind == "hf_cache":
-        # a snapshot link may be missing while its blob is already there (another revision, same content)
+        # a snapshot link may be missing while its blob is already there (another revision, same content, or
+        # blobs copied from another node); a file linked now counts as verified (its blob was just hashed)
         unlinked = [e for e in needed if e.path in result.missing]
         verdicts = mf.files_match([(layout.blob_path(e), e) for e in unlinked], workers)
+        linked: dict[str, tuple[int, int]] = {}
         for entry, verdict in zip(unlinked, verdicts):
             if verdict is None:
                 needed.remove(entry)
                 if not check_mode:
                     _link_snapshot(layout, entry)
                     out.changed = True
+                    st = os.stat(layout.file_path(entry))
+                    linked[entry.path] = (st.st_size, st.st_mtime_ns)
+        if linked:
+            trusted_linked = _trusted_after(layout, result)
+            trusted_linked.update(linked)
+            out.verify = result = mf.verify_tree(layout.root, manifest, trusted_linked, workers)
     out.would_download = [e.path for e in needed]
+    out.copy_root = (layout.repo_cache or "") if layout.kind == "hf_cache" else layout.root
+    out.copy_paths = [os.path.relpath(layout.final_path(e), out.copy_root) for e in needed]
     out.would_download_bytes = sum(e.size for e in needed)
     if needed and download and not check_mode:
         fresh = _download_all(layout, manifest, needed, endpoint, token, progress_path, progress_interval,

@@ -193,6 +193,14 @@ UNKEYED_RECIPE_VALUES: Mapping[str, str] = MappingProxyType({
                      "mentions a load format, and its default IMAGE is the :exl3 tag, not :exl3-instanttensor",
 })
 
+# The caller exports start.sh snapshots before it sources .env and re-applies after it (start.sh:96-122): a value
+# of one of these in the environment of ./start.sh silently wins over the rendered .env, so the role unsets them.
+CALLER_OVERRIDES: tuple[str, ...] = tuple(sorted(
+    {"MTP_TOKENS", "SPEC_METHOD", "ENFORCE_EAGER", "MAX_NUM_BATCHED_TOKENS", "IMAGE", "GPU_MEM_UTIL",
+     "LANGUAGE_MODEL_ONLY", "MAX_NUM_SEQS", "MAX_MODEL_LEN", "GLM53_DENSE_FP8", "GLM53_INDEXER_WORKSPACE",
+     "GLM53_SPINWAIT_MS"}
+    | {key.name for key in EXAMPLE_KEYS if key.name.startswith(("EXL3_", "ABLIT", "GLM53_ADAPTIVE_K"))}))
+
 # Keys the render derives from the nodes and settings; settings.env must not set them.
 _DERIVED: Mapping[str, str] = MappingProxyType({
     "HEAD_IP": "the head node's cx7_ip",
@@ -209,9 +217,23 @@ _DERIVED: Mapping[str, str] = MappingProxyType({
 # Never written into .env by this module: pass them in the environment of the ./start.sh task (no_log).
 SECRET_KEYS = frozenset({"HF_TOKEN", "GHCR_TOKEN", "VLLM_API_KEY"})
 
+# Settings the collection renders into a kit key (optional: unset, the key keeps the kit default). While one is
+# given, settings.env must not set its key. MODEL_CACHE_NAME follows `model` (the kit's own default folder).
+SETTING_TO_KEY: Mapping[str, str] = MappingProxyType({
+    "image": "IMAGE",
+    "model": "MODEL",
+    "model_revision": "MODEL_REVISION",
+    "drafter": "DFLASH_MODEL",
+    "served_model_name": "SERVED_MODEL_NAME",
+    "port": "PORT",
+    "master_port": "MASTER_PORT",
+    "hf_home": "HF_HOME",
+    "worker_user": "WORKER_USER",
+    "worker_home": "WORKER_HOME",
+})
 SETTING_KEYS: tuple[str, ...] = (
     "hf_bin", "skip_build", "env", ACK_SETTING, "allow_high_gpu_memory_utilization", "kit_commit",
-)
+) + tuple(SETTING_TO_KEY)
 NODE_KEYS: tuple[str, ...] = ("name", "cx7_ip", "head", "cx7_iface", "ib_hca", "gid_index")
 
 _IFACE = re.compile(r"^[A-Za-z0-9_.:@-]{1,15}$")
@@ -236,6 +258,39 @@ def licence_guard(acknowledged: bool) -> None:
         f"It is neither staged nor started until {ACK_VARIABLE}: true acknowledges that this deployment is "
         "non-commercial (personal or research use). For a commercial deployment serve without it "
         "(SPEC_METHOD=mtp in settings.env, the kit's rollback) or use the NVFP4 profile.")
+
+
+def drafter_guard(repo: str, acknowledged: bool) -> None:
+    """`licence_guard` when ``repo`` is the non-commercial DFlash2 drafter; other drafters pass."""
+    if repo == DRAFTER_REPO:
+        licence_guard(acknowledged)
+
+
+def check_example(text: str) -> None:
+    """Refuse a kit checkout whose ``.env.example`` does not have the keys this module renders.
+
+    ``text`` is the checkout's ``.env.example``. Every active key of `EXAMPLE_KEYS` must be assigned in it, and
+    it must assign no key `EXAMPLE_KEYS` does not know: otherwise the rendered ``.env`` would set keys that
+    checkout ignores, or leave keys it reads at whatever default it has. Comments are not compared.
+    """
+    if not isinstance(text, str):
+        raise KitError(f"the kit's .env.example must be text, got {type(text).__name__}")
+    assigned = set()
+    for line in text.splitlines():
+        match = re.match(r"^\s*(?:export\s+)?([A-Za-z_][A-Za-z0-9_]*)=", line)
+        if match:
+            assigned.add(match.group(1))
+    missing = sorted(set(KIT_KEYS) - assigned)
+    unknown = sorted(assigned - set(_LINE))
+    if missing or unknown:
+        parts = []
+        if missing:
+            parts.append(f"it does not assign {', '.join(missing)}")
+        if unknown:
+            parts.append(f"it assigns keys this collection does not model: {', '.join(unknown)}")
+        raise KitError(f"the kit checkout's .env.example is not the contract modelled at {KIT_COMMIT[:12]}: "
+                       f"{'; '.join(parts)}. Pin the kit to a commit with that contract (kit_launch_commit), or "
+                       "re-read the new commit's .env.example and start.sh and update _kit.EXAMPLE_KEYS")
 
 
 def staging_layout(profile: str) -> Layout:
@@ -414,6 +469,7 @@ class _Settings:
     env: Mapping[str, str]
     acknowledged: bool
     allow_high: bool
+    derived: Mapping[str, str]
 
 
 def _settings(raw: Any) -> _Settings:
@@ -443,8 +499,46 @@ def _settings(raw: Any) -> _Settings:
             name = f"{ACK_VARIABLE} (settings.{key})" if key == ACK_SETTING else f"settings.{key}"
             raise KitError(f"{name} must be true or false, got {value!r}")
         flags[key] = value
-    return _Settings(hf_bin=hf_bin, skip_build=flags["skip_build"], env=_env(raw.get("env")),
-                     acknowledged=flags[ACK_SETTING], allow_high=flags["allow_high_gpu_memory_utilization"])
+    derived = _derived_settings(raw)
+    env = _env(raw.get("env"))
+    for setting, key in SETTING_TO_KEY.items():
+        if setting in derived and key in env:
+            raise KitError(f"settings.env must not set {key}: it is rendered from settings.{setting} "
+                           f"({derived[setting]!r}); change that instead")
+    if "model" in derived and "MODEL_CACHE_NAME" in env:
+        raise KitError("settings.env must not set MODEL_CACHE_NAME: it follows settings.model "
+                       f"({hf_cache_folder(derived['model'])})")
+    return _Settings(hf_bin=hf_bin, skip_build=flags["skip_build"], env=env,
+                     acknowledged=flags[ACK_SETTING], allow_high=flags["allow_high_gpu_memory_utilization"],
+                     derived=derived)
+
+
+_COMMIT = re.compile(r"^[0-9a-f]{40}$")
+
+
+def _derived_settings(raw: Mapping[str, Any]) -> dict[str, str]:
+    """The optional settings that name a kit key's value, checked; None (or absent) leaves the kit default."""
+    out: dict[str, str] = {}
+    for setting in SETTING_TO_KEY:
+        value = raw.get(setting)
+        if value is None:
+            continue
+        where = f"settings.{setting}"
+        if setting in ("port", "master_port"):
+            out[setting] = str(_int(where, value, 1, 65535))
+            continue
+        text = _text(where, value)
+        if not text.strip():
+            raise KitError(f"{where} is empty: leave it unset (null) to keep the kit default")
+        if setting in ("model", "drafter"):
+            hf_cache_folder(text)   # an org/name repository id
+        elif setting == "model_revision" and not _COMMIT.match(text):
+            raise KitError(f"{where} must be the 40-hex commit the checkpoint was staged at (the kit resolves "
+                           f"snapshots/<commit> with it), got {text!r}")
+        elif setting in ("hf_home", "worker_home") and not text.startswith("/"):
+            raise KitError(f"{where} must be an absolute path, got {text!r}")
+        out[setting] = text
+    return out
 
 
 def _env(raw: Any) -> Mapping[str, str]:
@@ -554,6 +648,10 @@ def _resolve(settings: Mapping[str, Any], node: Mapping[str, Any],
         "WORKER_GID": str(worker.gid_index),
         "HF_BIN": options.hf_bin,
     })
+    for setting, value in options.derived.items():
+        values[SETTING_TO_KEY[setting]] = value
+    if "model" in options.derived:
+        values["MODEL_CACHE_NAME"] = hf_cache_folder(options.derived["model"])
     if options.skip_build:
         values["SKIP_BUILD"] = "1"
     for key, check in _KIT_CHECKS.items():
@@ -562,8 +660,8 @@ def _resolve(settings: Mapping[str, Any], node: Mapping[str, Any],
     if values["PORT"] == values["MASTER_PORT"]:
         raise KitError(f"PORT and MASTER_PORT are both {values['PORT']}: the API and the rendezvous need "
                        "different ports (set one of them in settings.env)")
-    if values["SPEC_METHOD"] == "dflash" and values["DFLASH_MODEL"] == DRAFTER_REPO:
-        licence_guard(options.acknowledged)
+    if values["SPEC_METHOD"] == "dflash":
+        drafter_guard(values["DFLASH_MODEL"], options.acknowledged)
     return {key: values[key] for key in sorted(values, key=lambda name: _LINE[name])}, head
 
 

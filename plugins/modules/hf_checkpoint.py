@@ -208,6 +208,19 @@ denylist_reason:
   returned: always
   type: str
   sample: ""
+copy_root:
+  description:
+    - The folder a copy from another node is relative to - the tree for C(local_dir), the repository's cache folder
+      (C(models--org--name)) for C(hf_cache).
+  returned: always
+  type: str
+copy_paths:
+  description:
+    - The files RV(would_download) names, relative to RV(copy_root) - the tree's files, or the blobs for C(hf_cache)
+      (the snapshot links and refs are made by the verify that follows the copy).
+  returned: always
+  type: list
+  elements: str
 """
 
 from ansible.module_utils.basic import AnsibleModule
@@ -255,6 +268,7 @@ def main() -> None:
         refetched=out.refetched, would_download=out.would_download, would_download_bytes=out.would_download_bytes,
         stamp_valid_before=out.stamp_valid_before, stamp_reason=out.stamp_reason, generation_config=gen,
         sampling=mf.sampling_values(gen), denylist_reason=out.denylist_reason or "",
+        copy_root=out.copy_root, copy_paths=out.copy_paths,
     )
 
 

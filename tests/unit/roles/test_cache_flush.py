@@ -426,7 +426,8 @@ def spec_problems(defaults: dict, specs: dict) -> list:
                 problems.append("%s is type %s but defaults/main.yml has %r (%s)" % (where, spec_type, value, type(value).__name__))
             if "default" in option and option["default"] != value:
                 problems.append("%s default %r differs from defaults/main.yml %r" % (where, option["default"], value))
-            if "choices" in option and value not in option["choices"]:
+            templated = isinstance(value, str) and "{{" in value   # decided at run time
+            if "choices" in option and not templated and value not in option["choices"]:
                 problems.append("%s default %r is not among choices %r" % (where, value, option["choices"]))
     return problems
 

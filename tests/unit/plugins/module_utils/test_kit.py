@@ -450,3 +450,136 @@ def test_exl3_staging_plan_uses_the_kits_cache_folders() -> None:
     assert KIT_KEYS["MODEL_FALLBACK"] == _kit.CHECKPOINT_REPO and KIT_KEYS["DFLASH_MODEL"] == _kit.DRAFTER_REPO
     with pytest.raises(KitError, match=r"not a hub repository id"):
         hf_cache_folder("no-slash")
+
+
+# --------------------------------------------------------------------------- settings the collection derives
+
+COLLECTION = {
+    "image": "ghcr.io/miaai-lab/glm-5.3-flash-2x-dgx-sparks@sha256:" + "a" * 64,
+    "model": "brandonmusic/GLM-5.3-Flash-tr3-4bpw",
+    "model_revision": "5ab363a8" + "0" * 32,
+    "drafter": "incoai/GLM-5.3-Flash-DFlash2",
+    "served_model_name": "glm-5.3-flash",
+    "port": 8888,
+    "master_port": "29521",
+    "hf_home": "/home/spark/.cache/huggingface",
+    "worker_user": "spark",
+    "worker_home": "/home/spark",
+}
+
+
+def test_collection_settings_render_their_kit_keys() -> None:
+    head, peers = nodes()
+    values = resolve_env(settings(**COLLECTION), head, peers)
+    assert values["IMAGE"] == COLLECTION["image"]
+    assert values["MODEL"] == "brandonmusic/GLM-5.3-Flash-tr3-4bpw"
+    assert values["MODEL_CACHE_NAME"] == "models--brandonmusic--GLM-5.3-Flash-tr3-4bpw"
+    assert values["MODEL_REVISION"] == COLLECTION["model_revision"]
+    assert values["DFLASH_MODEL"] == "incoai/GLM-5.3-Flash-DFlash2"
+    assert values["SERVED_MODEL_NAME"] == "glm-5.3-flash"
+    assert (values["PORT"], values["MASTER_PORT"]) == ("8888", "29521")
+    assert values["HF_HOME"] == "/home/spark/.cache/huggingface"
+    assert (values["WORKER_USER"], values["WORKER_HOME"]) == ("spark", "/home/spark")
+    # the file keeps the example's order: MODEL_CACHE_NAME (41) between MODEL_FALLBACK (38) and MODEL_REVISION (43)
+    keys = list(values)
+    assert keys.index("MODEL_FALLBACK") < keys.index("MODEL_CACHE_NAME") < keys.index("MODEL_REVISION")
+
+
+def test_unset_collection_settings_keep_the_kit_defaults() -> None:
+    head, peers = nodes()
+    values = resolve_env(settings(image=None, model=None), head, peers)
+    assert values["IMAGE"] == KIT_KEYS["IMAGE"]
+    assert values["MODEL"] == KIT_KEYS["MODEL"]
+    assert "MODEL_CACHE_NAME" not in values
+
+
+@pytest.mark.parametrize(("setting", "key"), sorted(_kit.SETTING_TO_KEY.items()))
+def test_a_derived_key_cannot_also_come_from_env(setting: str, key: str) -> None:
+    head, peers = nodes()
+    with pytest.raises(KitError, match=rf"must not set {key}: it is rendered from settings\.{setting}"):
+        resolve_env(settings(env={key: COLLECTION[setting]}, **{setting: COLLECTION[setting]}), head, peers)
+
+
+def test_model_cache_name_follows_the_model() -> None:
+    head, peers = nodes()
+    with pytest.raises(KitError, match="MODEL_CACHE_NAME: it follows settings.model"):
+        resolve_env(settings(model=COLLECTION["model"], env={"MODEL_CACHE_NAME": "models--x--y"}), head, peers)
+
+
+@pytest.mark.parametrize(("setting", "value", "message"), [
+    ("model", "not-a-repo", "not a hub repository id"),
+    ("drafter", "a/b/c", "not a hub repository id"),
+    ("model_revision", "main", "40-hex commit"),
+    ("port", 0, "between 1 and 65535|at least 1|1..65535|must be"),
+    ("master_port", "http", "must be an integer"),
+    ("hf_home", "relative/hf", "absolute path"),
+    ("worker_home", "~spark", "absolute path"),
+    ("image", "", "leave it unset"),
+    ("image", "bad'quote", "single quote"),
+])
+def test_bad_collection_settings_are_refused(setting: str, value: Any, message: str) -> None:
+    head, peers = nodes()
+    with pytest.raises(KitError, match=message):
+        resolve_env(settings(**{setting: value}), head, peers)
+
+
+def test_the_port_setting_meets_the_port_checks() -> None:
+    head, peers = nodes()
+    with pytest.raises(KitError, match="PORT and MASTER_PORT are both 29521"):
+        resolve_env(settings(port=29521), head, peers)
+
+
+def test_the_drafter_guard_follows_the_rendered_drafter() -> None:
+    head, peers = nodes()
+    with pytest.raises(LicenceError, match="dgxspark_vllm_accept_noncommercial_drafter"):
+        resolve_env(settings(accept_noncommercial_drafter=False, drafter=_kit.DRAFTER_REPO), head, peers)
+    # another drafter is not the non-commercial one; the guard does not apply
+    values = resolve_env(settings(accept_noncommercial_drafter=False, drafter="someone/other-drafter"), head, peers)
+    assert values["DFLASH_MODEL"] == "someone/other-drafter"
+    _kit.drafter_guard("someone/other-drafter", False)
+    with pytest.raises(LicenceError):
+        _kit.drafter_guard(_kit.DRAFTER_REPO, False)
+    _kit.drafter_guard(_kit.DRAFTER_REPO, True)
+
+
+# --------------------------------------------------------------------------- the checkout's .env.example
+
+
+def example_text(drop: str = "", add: str = "") -> str:
+    lines = [f"# {key.name}={key.value}" if not key.active else f"{key.name}={_kit.quote(key.value)}"
+             for key in _kit.EXAMPLE_KEYS if key.name != drop]
+    if add:
+        lines.append(add)
+    return "\n".join(["# a kit .env.example"] + lines) + "\n"
+
+
+def test_check_example_accepts_the_modelled_contract() -> None:
+    _kit.check_example(example_text())
+    # the real file's assignments, as the test above keeps them, pass too
+    _kit.check_example("\n".join(f"{name}={_kit.quote(value)}" for _line, name, value in example()))
+
+
+def test_check_example_refuses_a_missing_key() -> None:
+    with pytest.raises(KitError, match="does not assign GPU_MEM_UTIL.*kit_launch_commit"):
+        _kit.check_example(example_text(drop="GPU_MEM_UTIL"))
+
+
+def test_check_example_refuses_an_unknown_key() -> None:
+    with pytest.raises(KitError, match="does not model: LOAD_FORMAT"):
+        _kit.check_example(example_text(add="LOAD_FORMAT=instanttensor"))
+
+
+def test_check_example_ignores_comments_but_reads_exports() -> None:
+    _kit.check_example(example_text(add="# LOAD_FORMAT=instanttensor"))
+    with pytest.raises(KitError, match="NFS_SHARE"):
+        _kit.check_example(example_text(add="export NFS_SHARE=/srv"))
+
+
+def test_caller_overrides_cover_the_kit_snapshot() -> None:
+    # start.sh:96-122 snapshots these names (and the EXL3_*, ABLIT*, GLM53_ADAPTIVE_K* families)
+    for name in ("MTP_TOKENS", "SPEC_METHOD", "ENFORCE_EAGER", "IMAGE", "GPU_MEM_UTIL", "MAX_MODEL_LEN",
+                 "EXL3_FUSED_MOE", "EXL3_FAT_SORTED", "ABLIT", "ABLIT_ALPHA", "GLM53_ADAPTIVE_K_SET",
+                 "GLM53_DENSE_FP8", "GLM53_SPINWAIT_MS"):
+        assert name in _kit.CALLER_OVERRIDES
+    assert "HEAD_IP" not in _kit.CALLER_OVERRIDES and "PORT" not in _kit.CALLER_OVERRIDES
+    assert list(_kit.CALLER_OVERRIDES) == sorted(set(_kit.CALLER_OVERRIDES))

@@ -144,6 +144,50 @@ def test_verify_only_with_given_manifest_needs_no_hub(lab, tmp_path):
     assert done["complete"] and done["changed"] and (worker / ".dgxspark-stamp.json").exists()
 
 
+def test_hf_cache_receiver_copies_blobs_by_copy_paths_then_links_and_stamps(lab, tmp_path):
+    """Fan-out in HF-cache layout: the receiver names the blobs to copy; after the copy its verify links
+    snapshots/<commit>, writes refs/main and stamps, with no hub access."""
+    head = run_module(hf_checkpoint.main, {"repo": REPO, "layout": "hf_cache", "cache_dir": str(tmp_path / "head"),
+                                           "endpoint": lab.url, "token": "tok", "min_free_bytes": 0})
+    assert head["copy_root"] == str(tmp_path / "head" / "models--lab--random")
+    lab.reset()
+    receiver = {"repo": REPO, "layout": "hf_cache", "cache_dir": str(tmp_path / "worker"),
+                "manifest": head["manifest"], "download": False}
+    before = run_module(hf_checkpoint.main, receiver)
+    assert not before["complete"] and before["copy_root"] == str(tmp_path / "worker" / "models--lab--random")
+    blobs = {"blobs/" + (f["sha256"] or f["blob_id"]) for f in head["manifest"]["files"]}
+    assert set(before["copy_paths"]) == blobs and len(blobs) == 5
+    for rel in before["copy_paths"]:            # what rsync does in the role, from the head's copy_root
+        dest = tmp_path / "worker" / "models--lab--random" / rel
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        dest.write_bytes((tmp_path / "head" / "models--lab--random" / rel).read_bytes())
+    after = run_module(hf_checkpoint.main, receiver)
+    snap = tmp_path / "worker" / "models--lab--random" / "snapshots" / head["commit"]
+    assert after["complete"] and after["changed"] and after["copy_paths"] == []
+    assert (snap / SHARD).is_symlink() and (snap / ".dgxspark-stamp.json").exists()
+    assert (tmp_path / "worker" / "models--lab--random" / "refs" / "main").read_text() == head["commit"]
+    assert lab.stats()["requests"] == []                       # the hub was not asked
+    again = run_module(hf_checkpoint.main, receiver)
+    assert again["complete"] and again["changed"] is False
+
+
+def test_hf_cache_receiver_names_a_corrupt_blob_for_copy(lab, tmp_path):
+    head = run_module(hf_checkpoint.main, {"repo": REPO, "layout": "hf_cache", "cache_dir": str(tmp_path / "head"),
+                                           "endpoint": lab.url, "token": "tok", "min_free_bytes": 0})
+    src, dst = tmp_path / "head" / "models--lab--random", tmp_path / "worker" / "models--lab--random"
+    import shutil  # pylint: disable=import-outside-toplevel
+    shutil.copytree(src, dst, symlinks=True)
+    (dst / "snapshots" / head["commit"] / ".dgxspark-stamp.json").unlink()
+    blob = next(f for f in head["manifest"]["files"] if f["path"] == SHARD)["sha256"]
+    data = bytearray((dst / "blobs" / blob).read_bytes())
+    data[100] ^= 0xFF
+    (dst / "blobs" / blob).write_bytes(bytes(data))
+    result = run_module(hf_checkpoint.main, {"repo": REPO, "layout": "hf_cache", "cache_dir": str(tmp_path / "worker"),
+                                             "manifest": head["manifest"], "download": False, "verify": "full"})
+    assert not result["complete"] and result["verify"]["wrong_hash"] == [SHARD]
+    assert result["copy_paths"] == ["blobs/" + blob]
+
+
 def test_denylisted_repo_refused(tmp_path):
     with pytest.raises(ModuleFail, match="54150"):
         run_module(hf_checkpoint.main, {"repo": "LibertAIDAI/GLM-5.3-Flash-NVFP4", "local_dir": str(tmp_path)})
