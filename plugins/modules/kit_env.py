@@ -50,11 +50,18 @@ options:
     type: str
 notes:
   - docs/exl3-kit.md documents the kit's C(.env) contract and where the recipe and the kit disagree.
+extends_documentation_fragment:
+  - dgxspark.vllm.attributes
 attributes:
   check_mode:
     support: full
+    details: Renders the same in check mode; it never writes.
   diff_mode:
     support: none
+    details: The role writes RV(content) with M(ansible.builtin.copy), which shows the diff.
+  idempotent:
+    support: full
+    details: Pure computation; the same inputs give the same text.
 """
 
 EXAMPLES = r"""
