@@ -210,7 +210,9 @@ preflight() {
     command -v "$tool" >/dev/null || die "$tool is not installed on the head"
   done
   docker info >/dev/null 2>&1 || die "docker does not work on the head for $USER (is $USER in the docker group?)"
-  ip -4 addr show | grep -qF "inet ${HEAD_IP}/" ||
+  # grep without -q reads all of ip's output: with -q it may exit first, and pipefail turns ip's SIGPIPE into a
+  # failure of a check that matched
+  ip -4 addr show | grep -F "inet ${HEAD_IP}/" >/dev/null ||
     die "HEAD_IP=$HEAD_IP is not an IPv4 address of this host (ip -4 addr show); run start.sh on the head"
   wssh true </dev/null ||
     die "cannot reach the worker with 'ssh -T -o BatchMode=yes $WORKER_SSH' (key-based ssh from the head is required)"
@@ -238,7 +240,7 @@ preflight() {
   for port in "$PORT" "$MASTER_PORT"; do
     if [ -n "$(ss -Hltn "( sport = :$port )" 2>/dev/null)" ]; then
       # our own old head container holds it until it is removed
-      docker inspect -f '{{.State.Running}}' "$CONTAINER_HEAD" 2>/dev/null | grep -qx true ||
+      [ "$(docker inspect -f '{{.State.Running}}' "$CONTAINER_HEAD" 2>/dev/null)" = true ] ||
         die "port $port is already in use on the head (PORT=$PORT MASTER_PORT=$MASTER_PORT)"
     fi
   done
