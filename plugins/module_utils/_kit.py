@@ -266,6 +266,18 @@ def drafter_guard(repo: str, acknowledged: bool) -> None:
         licence_guard(acknowledged)
 
 
+def served_drafter(settings: Mapping[str, Any]) -> str:
+    """The drafter the rendered .env speculates with (DFLASH_MODEL under SPEC_METHOD=dflash), else ``""``.
+
+    Read from the settings alone (no nodes needed), as `render_env` resolves them: settings.drafter over
+    settings.env's DFLASH_MODEL over the kit default; SPEC_METHOD from settings.env over the kit default.
+    """
+    env = settings.get("env") or {}
+    if str(env.get("SPEC_METHOD", KIT_KEYS["SPEC_METHOD"])) != "dflash":
+        return ""
+    return str(settings.get("drafter") or env.get("DFLASH_MODEL") or KIT_KEYS["DFLASH_MODEL"])
+
+
 def check_example(text: str) -> None:
     """Refuse a kit checkout whose ``.env.example`` does not have the keys this module renders.
 

@@ -126,14 +126,6 @@ from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.dgxspark.vllm.plugins.module_utils import _kit
 
 
-def _drafter(settings: dict) -> str:
-    env = settings.get("env") or {}
-    spec = str(env.get("SPEC_METHOD", _kit.KIT_KEYS["SPEC_METHOD"]))
-    if spec != "dflash":
-        return ""
-    return str(settings.get("drafter") or env.get("DFLASH_MODEL") or _kit.KIT_KEYS["DFLASH_MODEL"])
-
-
 def main() -> None:
     module = AnsibleModule(
         argument_spec={
@@ -148,7 +140,7 @@ def main() -> None:
     )
     p = module.params
     settings = p["settings"]
-    drafter = _drafter(settings)
+    drafter = _kit.served_drafter(settings)
     result = {"changed": False, "drafter": drafter, "unset_in_caller": list(_kit.CALLER_OVERRIDES),
               "drafter_licence": _kit.DRAFTER_LICENCE if drafter == _kit.DRAFTER_REPO else ""}
     try:

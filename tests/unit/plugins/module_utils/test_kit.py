@@ -583,3 +583,17 @@ def test_caller_overrides_cover_the_kit_snapshot() -> None:
         assert name in _kit.CALLER_OVERRIDES
     assert "HEAD_IP" not in _kit.CALLER_OVERRIDES and "PORT" not in _kit.CALLER_OVERRIDES
     assert list(_kit.CALLER_OVERRIDES) == sorted(set(_kit.CALLER_OVERRIDES))
+
+
+@pytest.mark.parametrize("extra", [
+    {},
+    {"drafter": "someone/other-drafter"},
+    {"env": {"DFLASH_MODEL": "someone/env-drafter"}},
+    {"env": {"SPEC_METHOD": "mtp"}},
+    {"env": {"SPEC_METHOD": "none"}, "drafter": "someone/other-drafter"},
+])
+def test_served_drafter_is_what_the_render_speculates_with(extra: dict[str, Any]) -> None:
+    head, peers = nodes()
+    values = resolve_env(settings(**extra), head, peers)
+    expected = values["DFLASH_MODEL"] if values["SPEC_METHOD"] == "dflash" else ""
+    assert _kit.served_drafter(settings(**extra)) == expected
