@@ -4,6 +4,7 @@
 # log: the engine's own process start, imports included, to ready),
 # and the time of a no-op re-run. Goals: overhead <= 10 % of engine start; no-op re-run < 20 s.
 # Usage: bench/launch.sh   (brings the lab up and stages the model if needed; leaves the serve running)
+# Env: BENCH_TASKS (how many of the slowest tasks to list, default 12). Logs: bench/out/launch-<time>/.
 set -euo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 . "$ROOT/bin/lib.sh"
@@ -13,9 +14,9 @@ venv_activate
 inv=inventories/lab
 ansible-playbook -i $inv playbooks/staging.yml playbooks/cache_flush.yml >/dev/null
 ansible-playbook -i $inv playbooks/teardown.yml >/dev/null        # a cold launch: no serve container
-tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
+tmp=$ROOT/bench/out/launch-$(date +%Y%m%d-%H%M%S); mkdir -p "$tmp"
 t0=$(date +%s.%N)
-ANSIBLE_CALLBACKS_ENABLED=ansible.posix.profile_tasks PROFILE_TASKS_TASK_OUTPUT_LIMIT=12 \
+ANSIBLE_CALLBACKS_ENABLED=ansible.posix.profile_tasks PROFILE_TASKS_TASK_OUTPUT_LIMIT=${BENCH_TASKS:-12} \
   ansible-playbook -i $inv playbooks/launch.yml >"$tmp/launch.out"
 t1=$(date +%s.%N)
 ansible-playbook -i $inv playbooks/launch.yml >/dev/null
@@ -35,7 +36,9 @@ launch, noop = t1 - t0, t2 - t1
 print(f"launch wall time           {launch:7.1f} s")
 print(f"engine time to ready       {engine:7.1f} s  (worker container start -> head 'Application startup complete.')")
 print(f"overhead                   {launch - engine:7.1f} s  ratio {(launch - engine) / engine:.2f} of engine start (goal <= 0.10)")
+print(f"  before the first rank    {ts(sys.argv[4]) - t0:7.1f} s  (playbook start -> worker container start)")
+print(f"  after the head serves    {t1 - ts(sys.argv[5]):7.1f} s  (head ready -> playbook end)")
 print(f"no-op re-run               {noop:7.1f} s  ratio {noop / 20:.2f} of the 20 s goal")
 PY
 echo "slowest tasks of the launch (ansible.posix.profile_tasks):"
-sed -n '/^=\{10,\}/,$p' "$tmp/launch.out" | sed -n '2,13p'
+sed -n '/^=\{10,\}/,$p' "$tmp/launch.out" | sed -n "2,$(( ${BENCH_TASKS:-12} + 1 ))p"

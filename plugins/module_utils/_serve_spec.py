@@ -26,7 +26,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from ansible_collections.dgxspark.vllm.plugins.module_utils._profiles import PROFILES, Profile
+from ansible_collections.dgxspark.vllm.plugins.module_utils._profiles import DEFAULT_PROFILE, PROFILES, Profile
 
 HASH_LABEL = "dgxspark.vllm.config_hash"
 RANK_LABEL = "dgxspark.vllm.rank"
@@ -116,8 +116,14 @@ class RenderedSpec:
     warnings: tuple[str, ...] = ()
 
     def as_result(self) -> dict[str, Any]:
+        """The module's result. The API key's value never leaves: the container's env lacks it and
+        ``secret_env`` names it, for the caller to add from its own no_log variable when it starts the container
+        (a value masked by no_log would otherwise reach the container as the mask)."""
+        env = dict(self.container["env"])
+        secret_env = [name for name in (API_KEY_ENV,) if env.pop(name, None) is not None]
         return {
-            "container": self.container,
+            "container": dict(self.container, env=env),
+            "secret_env": secret_env,
             "command_line": self.command_line,
             "config_hash": self.config_hash,
             "rank": self.rank,
@@ -739,3 +745,56 @@ def render_spec(profile: str, nodes: Any, node: str, settings: Mapping[str, Any]
     for item in cluster:   # every node, so a setting wrong for any node fails everywhere
         rendered[item.name] = _render_node(chosen, resolved, cluster, item, api_key, list(warnings))
     return rendered[node]
+
+
+# --------------------------------------------------------------------------- task arguments
+
+_NODE_OPTIONS = dict(
+    name=dict(type="str", required=True),
+    cx7_ip=dict(type="str", required=True),
+    head=dict(type="bool", default=False),
+    rank=dict(type="int"),
+    cx7_iface=dict(type="str"),
+    ib_hca=dict(type="str"),
+    gid_index=dict(type="int"),
+)
+
+_SETTINGS_OPTIONS = dict(
+    image=dict(type="str"),
+    container_name=dict(type="str"),
+    model_path=dict(type="str"),
+    served_model_name=dict(type="str"),
+    host=dict(type="str"),
+    port=dict(type="int"),
+    master_port=dict(type="int"),
+    master_addr=dict(type="str"),
+    tensor_parallel_size=dict(type="int"),
+    pipeline_parallel_size=dict(type="int"),
+    gpus_per_node=dict(type="int"),
+    gpu_memory_utilization=dict(type="float"),
+    allow_high_gpu_memory_utilization=dict(type="bool"),
+    max_model_len=dict(type="int"),
+    kv_cache_memory_bytes=dict(type="int"),
+    cx7_subnet=dict(type="str"),
+    cx7_iface=dict(type="str"),
+    ib_hca=dict(type="str"),
+    gid_index=dict(type="int"),
+    cache_path=dict(type="str"),
+    shm_size=dict(type="str"),
+    speculative_config=dict(type="raw"),
+    default_chat_template_kwargs=dict(type="raw"),
+    extra_env=dict(type="dict"),
+    remove_env=dict(type="list", elements="str"),
+    extra_args=dict(type="list", elements="str"),
+    remove_args=dict(type="list", elements="str"),
+    distributed_timeout_seconds=dict(type="int"),
+)
+
+# The vllm_serve_spec task's arguments (the module and its action plugin validate with the same spec).
+ARGUMENT_SPEC: dict[str, Any] = dict(
+    profile=dict(type="str", choices=sorted(PROFILES), default=DEFAULT_PROFILE),
+    nodes=dict(type="list", elements="dict", required=True, options=_NODE_OPTIONS),
+    node=dict(type="str", required=True),
+    settings=dict(type="dict", default={}, options=_SETTINGS_OPTIONS),
+    api_key=dict(type="str", no_log=True),
+)

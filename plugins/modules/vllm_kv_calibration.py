@@ -20,7 +20,9 @@ description:
     CPU engines, per O(policy) minus O(margin_bytes)) and records it for that key.
   - With O(state=record) and O(estimated_max_model_len), records the estimated maximum model length the engine
     reported when the key's C(--max-model-len) did not fit.
-  - Runs where the file lives - the controller, with C(delegate_to=localhost) and C(run_once).
+  - Runs where the file lives, on the controller - an action plugin of the same name runs the task in the
+    controller's own process (no module run on a node); O(path) is a path on the controller. The launch role
+    calls it with C(run_once).
 author:
   - dgxspark.vllm contributors (@dgxspark)
 options:
@@ -179,120 +181,28 @@ chosen:
   type: dict
 """
 
-import os
-import tempfile
-import time
-
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.dgxspark.vllm.plugins.module_utils._kv_calibration import (
-    CalibrationError,
-    block_size,
-    cache_key,
-    choose,
-    dump_cache,
-    key_parts,
-    load_cache,
-    lookup,
-    record,
-    round_down_to_block,
-    same_values,
+from ansible_collections.dgxspark.vllm.plugins.module_utils._kv_calibration_task import (
+    ARGUMENT_SPEC,
+    MUTUALLY_EXCLUSIVE,
+    REQUIRED_IF,
+    CalibrationTaskError,
+    run,
 )
-
-
-def _read(path: str) -> str | None:
-    try:
-        with open(path, encoding="utf-8") as handle:
-            return handle.read()
-    except FileNotFoundError:
-        return None
-
-
-def _write(path: str, text: str) -> None:
-    directory = os.path.dirname(os.path.abspath(path))
-    fd, tmp = tempfile.mkstemp(prefix=".kv-calibration.", dir=directory)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as handle:
-            handle.write(text)
-        os.chmod(tmp, 0o644)
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
 
 
 def main() -> None:
     module = AnsibleModule(
-        argument_spec={
-            "path": {"type": "path", "required": True},
-            "state": {"type": "str", "choices": ["lookup", "record"], "default": "lookup"},
-            "command": {"type": "list", "elements": "str", "required": True},
-            "model_path": {"type": "str", "required": True},
-            "model_revision": {"type": "str", "required": True},
-            "nodes": {"type": "list", "elements": "dict", "required": True, "options": {
-                "name": {"type": "str", "required": True},
-                "image_id": {"type": "str", "required": True},
-                "hardware": {"type": "dict", "required": True},
-            }},
-            "reports": {"type": "dict"},
-            "estimated_max_model_len": {"type": "int"},
-            "policy": {"type": "str", "choices": ["requested", "full"], "default": "requested"},
-            "margin_bytes": {"type": "int", "default": 0},
-            "default_block_size": {"type": "int", "default": 16},
-        },
-        mutually_exclusive=[("reports", "estimated_max_model_len")],
-        required_if=[("state", "record", ("reports", "estimated_max_model_len"), True)],
+        argument_spec=ARGUMENT_SPEC,
+        mutually_exclusive=MUTUALLY_EXCLUSIVE,
+        required_if=REQUIRED_IF,
         supports_check_mode=True,
     )
-    p = module.params
-    path = p["path"]
-    if not os.path.isdir(os.path.dirname(os.path.abspath(path))):
-        module.fail_json(msg=f"the directory of the KV calibration file {path} does not exist: create it or set "
-                             "launch_kv_calibration_file to a path in an existing directory")
     try:
-        parts = key_parts(p["command"], p["model_path"], p["model_revision"], p["nodes"])
-        key = cache_key(parts)
-        block = block_size(p["command"], p["default_block_size"])
-        cache = load_cache(_read(path), path)
-    except CalibrationError as exc:
-        module.fail_json(msg=str(exc))
-    before = lookup(cache, key)
-    result = {"key": key, "parts": parts, "found": before is not None, "changed": False}
-    entry = before
-    if p["state"] == "record":
-        if p["reports"] is not None:
-            try:
-                chosen = choose(p["reports"], p["policy"], p["margin_bytes"])
-            except CalibrationError as exc:
-                module.fail_json(msg=f"KV calibration failed: {exc}", key=key, parts=parts)
-            result["chosen"] = chosen
-            values = dict(chosen)
-        else:
-            if p["estimated_max_model_len"] <= 0:
-                module.fail_json(msg=f"estimated_max_model_len must be positive, got {p['estimated_max_model_len']}")
-            values = {"estimated_max_model_len": p["estimated_max_model_len"]}
-        if not same_values(before, values):
-            stamp = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
-            updated = record(cache, key, parts, values, stamp)
-            entry = lookup(updated, key)
-            result["changed"] = True
-            if module._diff:
-                result["diff"] = {"before": dump_cache({"entry": before}) if before else "",
-                                  "after": dump_cache({"entry": entry}),
-                                  "before_header": f"{path} [{key}]", "after_header": f"{path} [{key}]"}
-            if not module.check_mode:
-                try:
-                    _write(path, dump_cache(updated))
-                except OSError as exc:
-                    module.fail_json(msg=f"cannot write the KV calibration file {path}: {exc}")
-    entry = entry or None
-    result["entry"] = entry
-    result["kv_cache_memory_bytes"] = entry.get("kv_cache_memory_bytes") if entry else None
-    result["estimated_max_model_len"] = entry.get("estimated_max_model_len") if entry else None
-    result["block_size"] = block
-    result["max_model_len_fit"] = (round_down_to_block(result["estimated_max_model_len"], block)
-                                   if result["estimated_max_model_len"] else None)
+        result = run(module.params, module.check_mode, module._diff)
+    except CalibrationTaskError as exc:
+        module.fail_json(msg=exc.msg, **exc.extra)
     module.exit_json(**result)
 
 

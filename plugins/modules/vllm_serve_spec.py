@@ -22,7 +22,8 @@ description:
     PLUS --headless"); vLLM does not open the API port in headless mode.
   - The whole cluster is rendered on every call, so a setting that is wrong for any node fails on every node
     and a launch never starts a rank the others cannot join.
-  - Never touches the target and never reports a change.
+  - Never touches the target and never reports a change. An action plugin of the same name renders in the
+    controller's process (the render is pure; no module run on the node).
 author:
   - dgxspark.vllm contributors (@dgxspark)
 extends_documentation_fragment:
@@ -204,12 +205,11 @@ options:
         type: int
   api_key:
     description:
-      - API key for the head's OpenAI-compatible server, rendered as env V(VLLM_API_KEY) in RV(container.env).
-      - RV(command_line) shows C(-e VLLM_API_KEY) without a value (docker then reads it from the caller's
-        environment); RV(config_hash) sees only a hash of it, so changing the key forces a restart.
-      - Because the option is C(no_log), Ansible masks the key wherever it appears in the module's result, so
-        RV(container.env) comes back with V(VLLM_API_KEY=VALUE_SPECIFIED_IN_NO_LOG_PARAMETER). Merge the real key
-        back in when starting the container (see the examples).
+      - API key for the head's OpenAI-compatible server, for env V(VLLM_API_KEY).
+      - The key's value never leaves the module; RV(container.env) lacks V(VLLM_API_KEY) and RV(secret_env) names
+        it, so the caller adds the key from its own C(no_log) variable when it starts the container (see the
+        examples). RV(command_line) shows C(-e VLLM_API_KEY) without a value (docker then reads it from the
+        caller's environment); RV(config_hash) sees only a hash of it, so changing the key forces a restart.
     type: str
 notes:
   - Rendering does not check the target; the launch role compares RV(config_hash) with the running
@@ -245,8 +245,8 @@ EXAMPLES = r"""
     name: "{{ serve_spec.container.name }}"
     image: "{{ serve_spec.container.image }}"
     command: "{{ serve_spec.container.command }}"
-    # the api_key is no_log, so the returned env carries it masked: put the real key back
-    env: "{{ serve_spec.container.env | combine({'VLLM_API_KEY': vllm_api_key}) }}"
+    # the key's value is not in the result (secret_env names it): add it from the no_log variable
+    env: "{{ serve_spec.container.env | combine({'VLLM_API_KEY': vllm_api_key} if 'VLLM_API_KEY' in serve_spec.secret_env else {}) }}"
     volumes: "{{ serve_spec.container.volumes }}"
     devices: "{{ serve_spec.container.devices }}"
     ulimits: "{{ serve_spec.container.ulimits }}"
@@ -298,7 +298,7 @@ container:
       elements: str
       sample: ["/var/tmp/models/GLM-5.3-Flash-NVFP4-redhat", "--served-model-name", "glm-5.3-flash"]
     env:
-      description: Environment, every value a string; includes V(VLLM_API_KEY) when O(api_key) is given.
+      description: Environment, every value a string; never V(VLLM_API_KEY) (see RV(secret_env)).
       returned: success
       type: dict
       sample: {"VLLM_HOST_IP": "192.168.100.12", "NCCL_IB_GID_INDEX": "3"}
@@ -361,6 +361,14 @@ container:
       type: dict
       sample: {"dgxspark.vllm.config_hash": "3f2a9c0d1e4b5a67", "dgxspark.vllm.rank": "1",
                "dgxspark.vllm.role": "worker", "dgxspark.vllm.profile": "glm53_flash_nvfp4"}
+secret_env:
+  description:
+    - Names of the environment variables the container needs whose values are secrets, left out of
+      RV(container.env) - V(VLLM_API_KEY) when O(api_key) is given. Add them when starting the container.
+  returned: success
+  type: list
+  elements: str
+  sample: [VLLM_API_KEY]
 command_line:
   description:
     - The equivalent C(docker run) command as one shell-quoted string, in the recipe's order (labels are not
@@ -394,60 +402,12 @@ headless:
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.dgxspark.vllm.plugins.module_utils._profiles import DEFAULT_PROFILE, PROFILES
-from ansible_collections.dgxspark.vllm.plugins.module_utils._serve_spec import SpecError, render_spec
-
-_NODE_OPTIONS = dict(
-    name=dict(type="str", required=True),
-    cx7_ip=dict(type="str", required=True),
-    head=dict(type="bool", default=False),
-    rank=dict(type="int"),
-    cx7_iface=dict(type="str"),
-    ib_hca=dict(type="str"),
-    gid_index=dict(type="int"),
-)
-
-_SETTINGS_OPTIONS = dict(
-    image=dict(type="str"),
-    container_name=dict(type="str"),
-    model_path=dict(type="str"),
-    served_model_name=dict(type="str"),
-    host=dict(type="str"),
-    port=dict(type="int"),
-    master_port=dict(type="int"),
-    master_addr=dict(type="str"),
-    tensor_parallel_size=dict(type="int"),
-    pipeline_parallel_size=dict(type="int"),
-    gpus_per_node=dict(type="int"),
-    gpu_memory_utilization=dict(type="float"),
-    allow_high_gpu_memory_utilization=dict(type="bool"),
-    max_model_len=dict(type="int"),
-    kv_cache_memory_bytes=dict(type="int"),
-    cx7_subnet=dict(type="str"),
-    cx7_iface=dict(type="str"),
-    ib_hca=dict(type="str"),
-    gid_index=dict(type="int"),
-    cache_path=dict(type="str"),
-    shm_size=dict(type="str"),
-    speculative_config=dict(type="raw"),
-    default_chat_template_kwargs=dict(type="raw"),
-    extra_env=dict(type="dict"),
-    remove_env=dict(type="list", elements="str"),
-    extra_args=dict(type="list", elements="str"),
-    remove_args=dict(type="list", elements="str"),
-    distributed_timeout_seconds=dict(type="int"),
-)
+from ansible_collections.dgxspark.vllm.plugins.module_utils._serve_spec import ARGUMENT_SPEC, SpecError, render_spec
 
 
 def main() -> None:
     module = AnsibleModule(
-        argument_spec=dict(
-            profile=dict(type="str", choices=sorted(PROFILES), default=DEFAULT_PROFILE),
-            nodes=dict(type="list", elements="dict", required=True, options=_NODE_OPTIONS),
-            node=dict(type="str", required=True),
-            settings=dict(type="dict", default={}, options=_SETTINGS_OPTIONS),
-            api_key=dict(type="str", no_log=True),
-        ),
+        argument_spec=ARGUMENT_SPEC,
         supports_check_mode=True,
     )
     try:

@@ -56,6 +56,21 @@ options:
     description: How many of the container's last log lines to return.
     type: int
     default: 30
+  api_url:
+    description:
+      - Once O(target_phase) is reached, also wait until this URL (the head's C(/v1/models) on its CX7 IP)
+        answers HTTP 200 from this node, while this rank's container keeps running. For a worker after the head
+        serves, one call proves both that the worker is still up and that the API answers from another node.
+      - The wait ends with RV(ok=false) when the container stops or the URL does not answer within
+        O(api_timeout).
+    type: str
+  api_key:
+    description: "The key vLLM was started with (C(--api-key)), sent as a bearer token with the O(api_url) requests."
+    type: str
+  api_timeout:
+    description: Seconds O(api_url) may take to answer HTTP 200 after the target phase was reached.
+    type: float
+    default: 120
 extends_documentation_fragment:
   - dgxspark.vllm.attributes
 attributes:
@@ -129,6 +144,22 @@ container:
   returned: always
   type: dict
   sample: {exists: true, running: true, exit_code: 0}
+log_report:
+  description:
+    - What the log of the latest start says, read from the same log text as the phases; the shape
+      M(dgxspark.vllm.vllm_kv_estimate_info) returns (KV cache tokens and pool, maximum concurrency, KV
+      suggestions, an estimated maximum model length, the engine error). Null when the container does not exist.
+    - Saves the caller a second read of the log once the rank serves.
+  returned: always
+  type: dict
+  sample: {kv_cache_tokens: 5116928, kv_cache_pool: KV cache, max_concurrency: 1249.25, phase: api_up}
+api:
+  description:
+    - The O(api_url) check, when asked for; null otherwise. C(status) is the last HTTP status (null when no
+      answer came), C(error) the last failure, C(elapsed) the seconds the check took.
+  returned: always
+  type: dict
+  sample: {url: "http://198.51.100.1:8000/v1/models", status: 200, error: null, elapsed: 0.1}
 last_lines:
   description: The container's last log lines (stdout and stderr, merged by time).
   returned: always
@@ -139,8 +170,10 @@ last_lines:
 
 import json
 import time
+from urllib.error import HTTPError, URLError
 
 from ansible.module_utils.basic import AnsibleModule
+from ansible.module_utils.urls import open_url
 
 from ansible_collections.dgxspark.vllm.plugins.module_utils._docker_logs import DockerLogsError, read_container_logs
 from ansible_collections.dgxspark.vllm.plugins.module_utils._startup import (
@@ -157,6 +190,39 @@ def _inspect(module: AnsibleModule, name: str) -> tuple[bool, bool, int | None]:
         module.fail_json(msg=f"docker inspect {name} failed on this node: {err.strip()}; is dockerd running?")
     state = json.loads(out)
     return True, bool(state.get("Running")), state.get("ExitCode")
+
+
+def _check_api(module: AnsibleModule, url: str, api_key: str | None, timeout: float, poll: float,
+               container: str) -> tuple[dict, str | None]:
+    """Poll url until HTTP 200 while the container runs; (api result, reason it failed or None)."""
+    headers = {"Authorization": "Bearer " + api_key} if api_key else {}
+    t0 = time.monotonic()
+    status, error = None, None
+    while True:
+        exists, running, exit_code = _inspect(module, container)
+        if not running:
+            error = "this rank's container %s while waiting for the API (exit code %s)" % (
+                "stopped" if exists else "disappeared", exit_code)
+            break
+        try:
+            response = open_url(url, headers=headers, timeout=min(10.0, max(timeout, 1.0)), validate_certs=False,
+                                use_proxy=False)  # the CX7 link, never through a proxy
+            status = response.getcode()
+            if status == 200:
+                return {"url": url, "status": status, "error": None, "elapsed": round(time.monotonic() - t0, 1)}, None
+            error = "HTTP %s" % status
+        except HTTPError as exc:
+            status, error = exc.code, "HTTP %s" % exc.code
+            if exc.code in (401, 403):   # a wrong key does not get better by waiting
+                error = "%s refused the API key (HTTP %s): check dgxspark_vllm_api_key" % (url, exc.code)
+                break
+        except (URLError, OSError, ValueError) as exc:
+            status, error = None, str(getattr(exc, "reason", exc))
+        if time.monotonic() - t0 >= timeout:
+            error = "%s did not answer HTTP 200 from this node within %g s (last: %s)" % (url, timeout, error)
+            break
+        time.sleep(poll)
+    return {"url": url, "status": status, "error": error, "elapsed": round(time.monotonic() - t0, 1)}, error
 
 
 def _proc_net_tcp() -> str:
@@ -176,16 +242,21 @@ def main() -> None:
             "peer_grace_seconds": {"type": "float", "default": 30.0},
             "poll_interval": {"type": "float", "default": 2.0},
             "log_lines": {"type": "int", "default": 30},
+            "api_url": {"type": "str"},
+            "api_key": {"type": "str", "no_log": True},
+            "api_timeout": {"type": "float", "default": 120.0},
         },
         supports_check_mode=True,
     )
     p = module.params
     empty = {"ok": True, "status": "check_mode", "phase": None, "reason": None, "engine_error": None,
-             "phase_reached_after": {}, "elapsed": 0.0, "container": {}, "last_lines": []}
+             "phase_reached_after": {}, "elapsed": 0.0, "container": {}, "log_report": None, "api": None, "last_lines": []}
     if module.check_mode:
         module.exit_json(changed=False, **empty)
     if p["poll_interval"] <= 0:
         module.fail_json(msg="poll_interval must be positive")
+    if p["api_timeout"] <= 0:
+        module.fail_json(msg="api_timeout must be positive, got %g" % p["api_timeout"])
     t0 = time.monotonic()
     try:
         watch = make_watch(p["target_phase"], p["budgets"], t0, p["peers"], p["peer_grace_seconds"], p["peers_after"])
@@ -211,17 +282,29 @@ def main() -> None:
             break
         time.sleep(p["poll_interval"])
 
+    ok, status, reason, api = verdict.status == "done", verdict.status, verdict.reason, None
+    if ok and p["api_url"]:
+        api, api_failure = _check_api(module, p["api_url"], p["api_key"], p["api_timeout"], p["poll_interval"],
+                                      p["container"])
+        if api_failure is not None:
+            ok, status, reason = False, "failed", api_failure
+            exists, running, exit_code = _inspect(module, p["container"])
+            if exists:
+                text = read_container_logs(module.run_command, p["container"])
+                report = parse_log(text)
     lines = [line for line in text.splitlines() if line.strip()]
     module.exit_json(
         changed=False,
-        ok=verdict.status == "done",
-        status=verdict.status,
+        ok=ok,
+        status=status,
         phase=verdict.phase,
-        reason=verdict.reason,
+        reason=reason,
         engine_error=report.engine_error if report else None,
         phase_reached_after={k: round(v - t0, 1) for k, v in verdict.phase_reached_at.items()},
         elapsed=round(time.monotonic() - t0, 1),
         container={"exists": exists, "running": running, "exit_code": exit_code},
+        log_report=report.as_dict() if report else None,
+        api=api,
         last_lines=lines[-p["log_lines"]:] if p["log_lines"] > 0 else [],
     )
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import json
 import re
 import shlex
 from pathlib import Path
@@ -465,6 +466,15 @@ def test_api_key_only_in_container_env() -> None:
     assert "s3cr3t-key" not in spec.command_line
     assert " -e VLLM_API_KEY ghcr.io/" in spec.command_line
     assert "s3cr3t-key" not in repr(spec.container["labels"]) and "s3cr3t-key" not in spec.config_hash
+
+
+def test_the_result_names_the_api_key_env_without_its_value() -> None:
+    result = render("spark1", api_key="s3cr3t-key").as_result()
+    assert "s3cr3t-key" not in json.dumps(result)
+    assert "VLLM_API_KEY" not in result["container"]["env"]
+    assert result["secret_env"] == ["VLLM_API_KEY"]
+    assert result["container"]["env"] == render("spark1").container["env"]
+    assert render("spark1").as_result()["secret_env"] == []
 
 
 def test_api_key_changes_the_hash() -> None:

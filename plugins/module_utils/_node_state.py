@@ -1,0 +1,113 @@
+# Copyright: Contributors to the dgxspark.vllm collection
+# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
+"""What the launch needs to know about one node before it decides anything, read in one pass.
+
+The serve image's ID, the serve container (running? which config hash?), the GPU's identity, the staged
+checkpoint's stamp and whether a staging lock is held: each used to be its own task (a module run each on
+the node); `vllm_node_state` reads them together. Pure parsing here; the module runs the commands.
+"""
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Sequence
+from typing import Any
+
+CONFIG_HASH_LABEL = "dgxspark.vllm.config_hash"
+GPU_QUERY = ["--query-gpu=name,driver_version,memory.total", "--format=csv,noheader"]
+
+RunCommand = Callable[[Sequence[str]], "tuple[int, str, str]"]
+
+
+class NodeStateError(Exception):
+    """A read that failed for a reason the user must fix (docker unreachable, an unreadable stamp)."""
+
+
+def _missing(err: str) -> bool:
+    return "No such" in err or "no such" in err
+
+
+def parse_gpu(rc: int, out: str) -> dict[str, str | None] | None:
+    """nvidia-smi's first CSV line -> {gpu_name, driver, gpu_memory}; None when it did not run."""
+    if rc != 0:
+        return None
+    first = next((line for line in out.splitlines() if line.strip()), "")
+    parts = [part.strip() for part in first.split(",")] + ["", "", ""]
+    return {"gpu_name": parts[0] or None, "driver": parts[1] or None, "gpu_memory": parts[2] or None}
+
+
+def parse_container(inspect_json: str | None) -> dict[str, Any]:
+    """`docker container inspect` output (a JSON list, or None when absent) -> the state the launch compares."""
+    if inspect_json is None:
+        return {"exists": False, "running": False, "id": None, "exit_code": None, "config_hash": None,
+                "started_at": None}
+    try:
+        data = json.loads(inspect_json)
+    except ValueError as exc:
+        raise NodeStateError("docker container inspect returned no JSON: %s" % exc) from exc
+    item = data[0] if isinstance(data, list) and data else data
+    if not isinstance(item, dict):
+        raise NodeStateError("docker container inspect returned %r" % (type(item).__name__,))
+    state = item.get("State") or {}
+    labels = (item.get("Config") or {}).get("Labels") or {}
+    return {"exists": True, "running": bool(state.get("Running")), "id": item.get("Id"),
+            "exit_code": state.get("ExitCode"), "config_hash": labels.get(CONFIG_HASH_LABEL),
+            "started_at": state.get("StartedAt")}
+
+
+def parse_image_id(rc: int, out: str, err: str, image: str) -> str | None:
+    """`docker image inspect --format {{.Id}}` -> the ID, None when the node does not hold the image."""
+    if rc == 0:
+        return out.strip() or None
+    if _missing(err):
+        return None
+    raise NodeStateError("docker image inspect %s failed on this node: %s; is dockerd running and this user allowed "
+                         "to use it (become: true, or the docker group)?" % (image, " ".join(err.split()) or rc))
+
+
+def parse_stamp(text: str | None, path: str) -> dict[str, Any] | None:
+    """The stamp file's JSON (None when the file is absent); a stamp that is not a JSON object is an error."""
+    if text is None:
+        return None
+    try:
+        data = json.loads(text)
+    except ValueError as exc:
+        raise NodeStateError("the stamp %s is not JSON (%s): re-run the checkpoint staging" % (path, exc)) from exc
+    if not isinstance(data, dict):
+        raise NodeStateError("the stamp %s is not a JSON object: re-run the checkpoint staging" % path)
+    return data
+
+
+def mem_total_mb(meminfo: str) -> int | None:
+    """MemTotal from /proc/meminfo in MiB, rounded down as Ansible's memtotal_mb fact is (GB10: unified memory)."""
+    for line in meminfo.splitlines():
+        name, _sep, rest = line.partition(":")
+        if name == "MemTotal":
+            fields = rest.split()
+            if fields and fields[0].isdigit():
+                return int(fields[0]) // 1024
+    return None
+
+
+def read_state(run: RunCommand, docker: str, container: str, image: str | None, nvidia_smi: str | None,
+               stamp_text: str | None, stamp_path: str | None, lock_exists: bool | None,
+               meminfo: str = "") -> dict[str, Any]:
+    """Run the reads (run: argv -> (rc, out, err)) and return the node's state."""
+    rc, out, err = run([docker, "container", "inspect", container])
+    if rc != 0 and not _missing(err):
+        raise NodeStateError("docker container inspect %s failed on this node: %s; is dockerd running?"
+                             % (container, " ".join(err.split()) or rc))
+    state: dict[str, Any] = {"container": parse_container(out if rc == 0 else None)}
+    if image:
+        rc, out, err = run([docker, "image", "inspect", "--format", "{{.Id}}", image])
+        state["image_id"] = parse_image_id(rc, out, err, image)
+    else:
+        state["image_id"] = None
+    if nvidia_smi:
+        rc, out, _err = run([nvidia_smi] + GPU_QUERY)
+        state["gpu"] = parse_gpu(rc, out)
+    else:
+        state["gpu"] = None
+    state["stamp"] = parse_stamp(stamp_text, stamp_path or "") if stamp_path else None
+    state["staging_lock"] = lock_exists
+    state["mem_total_mb"] = mem_total_mb(meminfo)
+    return state

@@ -1,0 +1,79 @@
+# Copyright: Contributors to the dgxspark.vllm collection
+# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
+"""The vllm_kv_calibration action plugin gives the module's result, in the controller's process."""
+from __future__ import annotations
+
+import json
+import os
+from typing import Any
+from unittest import mock
+
+import pytest
+from ansible.errors import AnsibleActionFail
+from ansible.playbook.play_context import PlayContext
+from ansible.playbook.task import Task
+
+from ansible_collections.dgxspark.vllm.plugins.action.vllm_kv_calibration import ActionModule
+from ansible_collections.dgxspark.vllm.plugins.modules import vllm_kv_calibration
+from helpers.module_runner import run_module
+
+HW = {"gpu_name": None, "driver": None, "gpu_memory": None, "mem_total_bytes": 25000000000}
+BASE: dict[str, Any] = {
+    "command": ["/m", "--max-model-len", "4096", "--gpu-memory-utilization", "0.1"],
+    "model_path": "/m",
+    "model_revision": "abc",
+    "nodes": [{"name": "head", "image_id": "sha256:1", "hardware": HW},
+              {"name": "worker", "image_id": "sha256:1", "hardware": HW}],
+}
+AUTO = {"head": {"suggestions": [], "cpu_kv_cache": {"kv_gib": 1.5, "total_gib": 23, "mode": "auto", "numa_node": 0}},
+        "worker": {"suggestions": [], "cpu_kv_cache": {"kv_gib": 1.25, "total_gib": 23, "mode": "auto", "numa_node": 0}}}
+
+
+def _action(args: dict[str, Any], check_mode: bool = False, diff: bool = False) -> dict[str, Any]:
+    task = Task()
+    task.args = args
+    task.check_mode = check_mode
+    task.diff = diff
+    connection = mock.Mock(name="connection")
+    action = ActionModule(task, connection, PlayContext(), loader=mock.Mock(), templar=mock.Mock(),
+                          shared_loader_obj=mock.Mock())
+    result = action.run(task_vars={})
+    connection.exec_command.assert_not_called()   # nothing runs on a node
+    return result
+
+
+def test_lookup_record_lookup_in_process_same_as_the_module(tmp_path: Any) -> None:
+    path = str(tmp_path / "kv.json")
+    assert _action(dict(BASE, path=path))["found"] is False
+    recorded = _action(dict(BASE, path=path, state="record", reports=AUTO))
+    assert recorded["changed"] is True and recorded["kv_cache_memory_bytes"] == int(1.25 * (1 << 30))
+    with open(path, encoding="utf-8") as handle:
+        assert json.load(handle)["entries"][recorded["key"]]["kv_cache_memory_bytes"] == recorded["kv_cache_memory_bytes"]
+    looked_up = _action(dict(BASE, path=path))
+    by_module = run_module(vllm_kv_calibration.main, dict(BASE, path=path))
+    for field in ("found", "key", "parts", "entry", "kv_cache_memory_bytes", "block_size", "max_model_len_fit"):
+        assert looked_up[field] == by_module[field], field
+
+
+def test_check_mode_records_nothing_and_diff_shows_the_entry(tmp_path: Any) -> None:
+    path = str(tmp_path / "kv.json")
+    result = _action(dict(BASE, path=path, state="record", estimated_max_model_len=2048), check_mode=True, diff=True)
+    assert result["changed"] is True and "2048" in result["diff"]["after"]
+    assert not os.path.exists(path)
+
+
+@pytest.mark.parametrize("args, message", [
+    ({"state": "record"}, "state is record but any of the following are missing: reports, estimated_max_model_len"),
+    ({"state": "sideways"}, "value of state must be one of"),
+    ({"reports": AUTO, "estimated_max_model_len": 5}, "mutually exclusive"),
+])
+def test_bad_arguments_fail_before_anything_is_read(tmp_path: Any, args: dict[str, Any], message: str) -> None:
+    # the task executor reports AnsibleActionFail as the task's failure, with this message
+    with pytest.raises(AnsibleActionFail, match=message):
+        _action(dict(BASE, path=str(tmp_path / "kv.json"), **args))
+    assert not os.path.exists(tmp_path / "kv.json")
+
+
+def test_a_missing_directory_fails_with_the_fix(tmp_path: Any) -> None:
+    result = _action(dict(BASE, path=str(tmp_path / "nowhere" / "kv.json")))
+    assert result["failed"] is True and "launch_kv_calibration_file" in result["msg"]

@@ -1,0 +1,94 @@
+# Copyright: Contributors to the dgxspark.vllm collection
+# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
+"""Tests for _node_state: the one-pass read of a node's serve state (commands answered by a fake)."""
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+
+import pytest
+
+from ansible_collections.dgxspark.vllm.plugins.module_utils import _node_state as ns
+
+INSPECT = json.dumps([{"Id": "c0ffee", "State": {"Running": True, "ExitCode": 0, "StartedAt": "2026-12-01T07:05:12Z"},
+                       "Config": {"Labels": {ns.CONFIG_HASH_LABEL: "abc123", "other": "x"}}}])
+
+
+class Fake:
+    def __init__(self, answers: dict[str, tuple[int, str, str]]) -> None:
+        self.answers = answers
+        self.calls: list[list[str]] = []
+
+    def __call__(self, argv: Sequence[str]) -> tuple[int, str, str]:
+        self.calls.append(list(argv))
+        for key, answer in self.answers.items():
+            if key in " ".join(argv):
+                return answer
+        raise AssertionError("unexpected %r" % (argv,))
+
+
+def test_a_running_serve_with_its_hash_image_gpu_stamp_and_no_lock() -> None:
+    fake = Fake({"container inspect": (0, INSPECT, ""), "image inspect": (0, "sha256:1111\n", ""),
+                 "nvidia-smi": (0, "NVIDIA GB10, 580.95.05, [N/A]\n", "")})
+    state = ns.read_state(fake, "docker", "vllm_glm53", "vllm-node:latest", "nvidia-smi",
+                          '{"repo": "r", "commit": "%s"}' % ("a" * 40), "/m/.dgxspark-stamp.json", False)
+    assert state["container"] == {"exists": True, "running": True, "id": "c0ffee", "exit_code": 0,
+                                  "config_hash": "abc123", "started_at": "2026-12-01T07:05:12Z"}
+    assert state["image_id"] == "sha256:1111"
+    assert state["gpu"] == {"gpu_name": "NVIDIA GB10", "driver": "580.95.05", "gpu_memory": "[N/A]"}
+    assert state["stamp"] == {"repo": "r", "commit": "a" * 40}
+    assert state["staging_lock"] is False
+    assert fake.calls[1] == ["docker", "image", "inspect", "--format", "{{.Id}}", "vllm-node:latest"]
+
+
+def test_nothing_there_yet() -> None:
+    fake = Fake({"container inspect": (1, "[]", "Error: No such container: vllm_glm53"),
+                 "image inspect": (1, "[]", "Error: No such image: vllm-node:latest")})
+    state = ns.read_state(fake, "docker", "vllm_glm53", "vllm-node:latest", None, None, "/m/.dgxspark-stamp.json", True)
+    assert state["container"]["exists"] is False and state["container"]["config_hash"] is None
+    assert state["image_id"] is None
+    assert state["gpu"] is None             # no nvidia-smi (the lab)
+    assert state["stamp"] is None           # no stamp file
+    assert state["staging_lock"] is True
+
+
+def test_a_stopped_container_without_labels() -> None:
+    stopped = json.dumps([{"Id": "d1", "State": {"Running": False, "ExitCode": 137}, "Config": {"Labels": None}}])
+    fake = Fake({"container inspect": (0, stopped, "")})
+    state = ns.read_state(fake, "docker", "vllm_glm53", None, None, None, None, None)
+    assert state["container"]["running"] is False and state["container"]["exit_code"] == 137
+    assert state["container"]["config_hash"] is None
+    assert state["image_id"] is None and state["stamp"] is None and state["staging_lock"] is None
+    assert len(fake.calls) == 1             # nothing asked, nothing run
+
+
+@pytest.mark.parametrize("what", ["container inspect", "image inspect"])
+def test_an_unreachable_docker_is_an_error_naming_the_fix(what: str) -> None:
+    answers = {"container inspect": (0, INSPECT, ""), "image inspect": (0, "sha256:1\n", "")}
+    answers[what] = (1, "", "permission denied while trying to connect to the Docker daemon socket")
+    with pytest.raises(ns.NodeStateError, match="permission denied.*dockerd running"):
+        ns.read_state(Fake(answers), "docker", "vllm_glm53", "img", None, None, None, None)
+
+
+def test_a_failing_nvidia_smi_reads_as_no_gpu() -> None:
+    assert ns.parse_gpu(9, "NVIDIA-SMI has failed") is None
+    assert ns.parse_gpu(0, "NVIDIA GB10\n") == {"gpu_name": "NVIDIA GB10", "driver": None, "gpu_memory": None}
+
+
+@pytest.mark.parametrize("text", ["{not json", "[1, 2]"])
+def test_a_broken_stamp_says_to_stage_again(text: str) -> None:
+    with pytest.raises(ns.NodeStateError, match="re-run the checkpoint staging"):
+        ns.parse_stamp(text, "/m/.dgxspark-stamp.json")
+
+
+def test_garbage_from_docker_inspect_is_an_error() -> None:
+    with pytest.raises(ns.NodeStateError, match="no JSON"):
+        ns.parse_container("<html>")
+
+
+def test_mem_total_as_the_memtotal_mb_fact() -> None:
+    meminfo = "MemTotal:       127535204 kB\nMemFree:         1000 kB\n"
+    assert ns.mem_total_mb(meminfo) == 127535204 // 1024
+    assert ns.mem_total_mb("MemFree: 1 kB\n") is None
+    assert ns.read_state(Fake({"container inspect": (1, "", "No such container: x")}), "docker", "x", None, None,
+                         None, None, None, meminfo)["mem_total_mb"] == 124546
