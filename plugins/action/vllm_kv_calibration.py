@@ -10,8 +10,6 @@ from __future__ import annotations
 
 from typing import Any
 
-from ansible.plugins.action import ActionBase
-
 from ansible_collections.dgxspark.vllm.plugins.module_utils._kv_calibration_task import (
     ARGUMENT_SPEC,
     MUTUALLY_EXCLUSIVE,
@@ -19,22 +17,19 @@ from ansible_collections.dgxspark.vllm.plugins.module_utils._kv_calibration_task
     CalibrationTaskError,
     run,
 )
+from ansible_collections.dgxspark.vllm.plugins.plugin_utils._controller_action import (
+    ControllerAction,
+    ControllerTaskError,
+)
 
 
-class ActionModule(ActionBase):
-    TRANSFERS_FILES = False
-    _requires_connection = False
-    _supports_check_mode = True
-    _supports_async = False
+class ActionModule(ControllerAction):
+    argument_spec = ARGUMENT_SPEC
+    mutually_exclusive = MUTUALLY_EXCLUSIVE
+    required_if = REQUIRED_IF
 
-    def run(self, tmp: Any = None, task_vars: dict[str, Any] | None = None) -> dict[str, Any]:
-        result = super().run(tmp, task_vars)
-        del tmp
-        _validation, params = self.validate_argument_spec(
-            argument_spec=ARGUMENT_SPEC, mutually_exclusive=MUTUALLY_EXCLUSIVE, required_if=REQUIRED_IF)
+    def run_task(self, params: dict[str, Any], check_mode: bool, diff: bool) -> dict[str, Any]:
         try:
-            result.update(run(params, bool(self._task.check_mode), bool(self._task.diff)))
+            return run(params, check_mode, diff)
         except CalibrationTaskError as exc:
-            result.update(exc.extra)
-            result.update(failed=True, msg=exc.msg)
-        return result
+            raise ControllerTaskError(exc.msg, **exc.extra) from exc

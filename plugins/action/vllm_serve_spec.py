@@ -10,28 +10,23 @@ from __future__ import annotations
 
 from typing import Any
 
-from ansible.plugins.action import ActionBase
-
 from ansible_collections.dgxspark.vllm.plugins.module_utils._serve_spec import ARGUMENT_SPEC, SpecError, render_spec
+from ansible_collections.dgxspark.vllm.plugins.plugin_utils._controller_action import (
+    ControllerAction,
+    ControllerTaskError,
+)
 
 
-class ActionModule(ActionBase):
-    TRANSFERS_FILES = False
-    _requires_connection = False
-    _supports_check_mode = True
-    _supports_async = False
+class ActionModule(ControllerAction):
+    argument_spec = ARGUMENT_SPEC
 
-    def run(self, tmp: Any = None, task_vars: dict[str, Any] | None = None) -> dict[str, Any]:
-        result = super().run(tmp, task_vars)
-        del tmp
-        _validation, params = self.validate_argument_spec(argument_spec=ARGUMENT_SPEC)
+    def run_task(self, params: dict[str, Any], check_mode: bool, diff: bool) -> dict[str, Any]:
         try:
             spec = render_spec(profile=params["profile"], nodes=params["nodes"], node=params["node"],
                                settings=params["settings"], api_key=params["api_key"])
         except SpecError as exc:
-            result.update(failed=True, msg=str(exc))
-            return result
+            raise ControllerTaskError(str(exc)) from exc
+        result: dict[str, Any] = {"changed": False, **spec.as_result()}
         if spec.warnings:
             result["warnings"] = list(spec.warnings)
-        result.update(changed=False, **spec.as_result())
         return result

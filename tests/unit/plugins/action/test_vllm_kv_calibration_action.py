@@ -6,40 +6,19 @@ from __future__ import annotations
 import json
 import os
 from typing import Any
-from unittest import mock
 
 import pytest
 from ansible.errors import AnsibleActionFail
-from ansible.playbook.play_context import PlayContext
-from ansible.playbook.task import Task
 
 from ansible_collections.dgxspark.vllm.plugins.action.vllm_kv_calibration import ActionModule
 from ansible_collections.dgxspark.vllm.plugins.modules import vllm_kv_calibration
+from helpers.action_runner import run_action
+from helpers.calibration import AUTO, BASE
 from helpers.module_runner import run_module
-
-HW = {"gpu_name": None, "driver": None, "gpu_memory": None, "mem_total_bytes": 25000000000}
-BASE: dict[str, Any] = {
-    "command": ["/m", "--max-model-len", "4096", "--gpu-memory-utilization", "0.1"],
-    "model_path": "/m",
-    "model_revision": "abc",
-    "nodes": [{"name": "head", "image_id": "sha256:1", "hardware": HW},
-              {"name": "worker", "image_id": "sha256:1", "hardware": HW}],
-}
-AUTO = {"head": {"suggestions": [], "cpu_kv_cache": {"kv_gib": 1.5, "total_gib": 23, "mode": "auto", "numa_node": 0}},
-        "worker": {"suggestions": [], "cpu_kv_cache": {"kv_gib": 1.25, "total_gib": 23, "mode": "auto", "numa_node": 0}}}
 
 
 def _action(args: dict[str, Any], check_mode: bool = False, diff: bool = False) -> dict[str, Any]:
-    task = Task()
-    task.args = args
-    task.check_mode = check_mode
-    task.diff = diff
-    connection = mock.Mock(name="connection")
-    action = ActionModule(task, connection, PlayContext(), loader=mock.Mock(), templar=mock.Mock(),
-                          shared_loader_obj=mock.Mock())
-    result = action.run(task_vars={})
-    connection.exec_command.assert_not_called()   # nothing runs on a node
-    return result
+    return run_action(ActionModule, args, check_mode=check_mode, diff=diff)
 
 
 def test_lookup_record_lookup_in_process_same_as_the_module(tmp_path: Any) -> None:

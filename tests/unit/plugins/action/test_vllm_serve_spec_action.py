@@ -5,15 +5,13 @@ from __future__ import annotations
 
 import json
 from typing import Any
-from unittest import mock
 
 import pytest
 from ansible.errors import AnsibleActionFail
-from ansible.playbook.play_context import PlayContext
-from ansible.playbook.task import Task
 
 from ansible_collections.dgxspark.vllm.plugins.action.vllm_serve_spec import ActionModule
 from ansible_collections.dgxspark.vllm.plugins.modules import vllm_serve_spec
+from helpers.action_runner import run_action
 from helpers.module_runner import run_module
 
 NODES = [{"name": "lab-head", "cx7_ip": "10.77.1.11", "head": True, "cx7_iface": "eth1"},
@@ -23,15 +21,7 @@ ARGS: dict[str, Any] = {"profile": "lab_cpu", "nodes": NODES, "node": "lab-worke
 
 
 def _action(args: dict[str, Any], check_mode: bool = False) -> dict[str, Any]:
-    task = Task()
-    task.args = args
-    task.check_mode = check_mode
-    connection = mock.Mock(name="connection")
-    action = ActionModule(task, connection, PlayContext(), loader=mock.Mock(), templar=mock.Mock(),
-                          shared_loader_obj=mock.Mock())
-    result = action.run(task_vars={})
-    connection.exec_command.assert_not_called()   # nothing runs on the node
-    return result
+    return run_action(ActionModule, args, check_mode=check_mode)
 
 
 @pytest.mark.parametrize("check_mode", [False, True])

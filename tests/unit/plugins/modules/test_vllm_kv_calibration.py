@@ -10,18 +10,8 @@ from typing import Any
 import pytest
 
 from ansible_collections.dgxspark.vllm.plugins.modules import vllm_kv_calibration
+from helpers.calibration import AUTO, BASE, HW
 from helpers.module_runner import ModuleFail, run_module
-
-HW = {"gpu_name": None, "driver": None, "gpu_memory": None, "mem_total_bytes": 25000000000}
-BASE: dict[str, Any] = {
-    "command": ["/m", "--max-model-len", "4096", "--gpu-memory-utilization", "0.1"],
-    "model_path": "/m",
-    "model_revision": "abc",
-    "nodes": [{"name": "head", "image_id": "sha256:1", "hardware": HW},
-              {"name": "worker", "image_id": "sha256:1", "hardware": HW}],
-}
-AUTO = {"head": {"suggestions": [], "cpu_kv_cache": {"kv_gib": 1.5, "total_gib": 23, "mode": "auto", "numa_node": 0}},
-        "worker": {"suggestions": [], "cpu_kv_cache": {"kv_gib": 1.25, "total_gib": 23, "mode": "auto", "numa_node": 0}}}
 
 
 def _run(path: str, check_mode: bool = False, diff: bool = False, **extra: Any) -> dict[str, Any]:
