@@ -2,14 +2,16 @@
 # GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
 """What the launch needs to know about one node before it decides anything, read in one pass.
 
-The serve image's ID, the serve container (running? which config hash?), the GPU's identity, the staged
-checkpoint's stamp and whether a staging lock is held: each used to be its own task (a module run each on
-the node); `vllm_node_state` reads them together. Pure parsing here; the module runs the commands.
+The interface that carries the node's CX7 IP, the serve image's ID, the serve container (running? which config
+hash?), the GPU's identity, the staged checkpoint's stamp and whether a staging lock is held: each used to be its
+own task or fact gathering (a module run each on the node); `vllm_node_state` reads them together. Pure parsing
+here; the module runs the commands.
 """
 from __future__ import annotations
 
+import ipaddress
 import json
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 CONFIG_HASH_LABEL = "dgxspark.vllm.config_hash"
@@ -24,6 +26,49 @@ class NodeStateError(Exception):
 
 def _missing(err: str) -> bool:
     return "No such" in err or "no such" in err
+
+
+def parse_ipv4_addresses(ip_json: str) -> dict[str, list[str]]:
+    """`ip -j -4 addr show` -> {interface: [its IPv4 addresses]}; interfaces without one are left out."""
+    try:
+        data = json.loads(ip_json or "[]")
+    except ValueError as exc:
+        raise NodeStateError("ip -j -4 addr show returned no JSON: %s" % exc) from exc
+    if not isinstance(data, list):
+        raise NodeStateError("ip -j -4 addr show returned %r, not a list" % (type(data).__name__,))
+    out: dict[str, list[str]] = {}
+    for link in data:
+        if not isinstance(link, dict) or not link.get("ifname"):
+            continue
+        addresses = [str(info["local"]) for info in link.get("addr_info") or []
+                     if isinstance(info, dict) and info.get("family") == "inet" and info.get("local")]
+        if addresses:
+            out.setdefault(str(link["ifname"]), []).extend(addresses)
+    return out
+
+
+def interface_with_ip(addresses: Mapping[str, Sequence[str]], ip: str) -> str | None:
+    """The interface that carries `ip` (an IPv4 address, compared as an address), None when none does."""
+    try:
+        wanted = ipaddress.IPv4Address(ip.strip())
+    except ValueError as exc:
+        raise NodeStateError("the CX7 IP %r is not an IPv4 address: fix dgxspark_vllm_cx7_ip in the inventory"
+                             % (ip,)) from exc
+    for name, found in addresses.items():
+        for address in found:
+            try:
+                if ipaddress.IPv4Address(address.split("/")[0]) == wanted:
+                    return name
+            except ValueError:
+                continue
+    return None
+
+
+def no_interface_message(ip: str, addresses: Mapping[str, Sequence[str]]) -> str:
+    """The fix when no interface carries the CX7 IP, with what the node has instead."""
+    have = ", ".join("%s %s" % (name, "/".join(found)) for name, found in sorted(addresses.items())) or "none"
+    return ("no interface of this node carries its CX7 IP %s (IPv4 interfaces: %s). Fix dgxspark_vllm_cx7_ip in "
+            "the inventory, address the CX7 port, or name the port with dgxspark_vllm_cx7_iface." % (ip, have))
 
 
 def parse_gpu(rc: int, out: str) -> dict[str, str | None] | None:
@@ -88,16 +133,20 @@ def mem_total_mb(meminfo: str) -> int | None:
     return None
 
 
-def read_state(run: RunCommand, docker: str, container: str, image: str | None, nvidia_smi: str | None,
-               stamp_text: str | None, stamp_path: str | None, lock_exists: bool | None,
+def read_state(run: RunCommand, docker: str | None, container: str | None, image: str | None,
+               nvidia_smi: str | None, stamp_text: str | None, stamp_path: str | None, lock_exists: bool | None,
                meminfo: str = "") -> dict[str, Any]:
-    """Run the reads (run: argv -> (rc, out, err)) and return the node's state."""
-    rc, out, err = run([docker, "container", "inspect", container])
-    if rc != 0 and not _missing(err):
-        raise NodeStateError("docker container inspect %s failed on this node: %s; is dockerd running?"
-                             % (container, " ".join(err.split()) or rc))
-    state: dict[str, Any] = {"container": parse_container(out if rc == 0 else None)}
-    if image:
+    """Run the reads (run: argv -> (rc, out, err)) and return the node's state (container None: not read)."""
+    state: dict[str, Any] = {"container": None}
+    if (container or image) and not docker:
+        raise NodeStateError("the docker CLI is not installed on this node (not found on PATH)")
+    if container and docker:
+        rc, out, err = run([docker, "container", "inspect", container])
+        if rc != 0 and not _missing(err):
+            raise NodeStateError("docker container inspect %s failed on this node: %s; is dockerd running?"
+                                 % (container, " ".join(err.split()) or rc))
+        state["container"] = parse_container(out if rc == 0 else None)
+    if image and docker:
         rc, out, err = run([docker, "image", "inspect", "--format", "{{.Id}}", image])
         state["image_id"] = parse_image_id(rc, out, err, image)
     else:

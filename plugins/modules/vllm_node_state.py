@@ -9,19 +9,39 @@ module: vllm_node_state
 short_description: Read in one pass what the launch needs to know about a node
 version_added: 0.1.0
 description:
-  - Reads the serve container (exists, running, its C(dgxspark.vllm.config_hash) label), the serve image's ID, the
-    GPU's identity (C(nvidia-smi); null without it, as in the lab), the staged checkpoint's stamp, whether a
-    staging lock is held and the memory size, with the docker CLI and the file system.
-  - One module run instead of one per read; the launch role calls it once per node before it decides whether to
-    start anything.
+  - Reads the interface that carries the node's CX7 IP (with C(ip -j -4 addr show)) and the RDMA facts of that
+    port from sysfs, the serve container (exists, running, its C(dgxspark.vllm.config_hash) label), the serve
+    image's ID, the GPU's identity (C(nvidia-smi); null without it, as in the lab), the staged checkpoint's stamp,
+    whether a staging lock is held and the memory size, with the docker CLI and the file system.
+  - One module run instead of one per read and no fact gathering; the launch role calls it once per node, first,
+    before it renders anything or decides whether to start anything.
   - Reads only. It never changes the node.
 author:
   - dgxspark.vllm contributors (@dgxspark)
 options:
-  container:
-    description: Name of the serve container.
+  cx7_ip:
+    description:
+      - The node's CX7 IP. The interface that carries it is returned as RV(cx7_iface).
+      - Without O(cx7_iface), the module fails when no interface carries it, naming the interfaces it found.
     type: str
-    required: true
+  cx7_iface:
+    description:
+      - The CX7 interface, when the inventory names it (or a preflight in this run found it). It is returned as
+        RV(cx7_iface) as given, and the lookup by IP is skipped.
+    type: str
+  rdma:
+    description:
+      - Whether to read the RDMA facts of the port that carries O(cx7_ip) from O(sysfs_root), as
+        M(dgxspark.vllm.rdma_link_info) does; returned as RV(rdma). Needs O(cx7_ip).
+    type: bool
+    default: false
+  sysfs_root:
+    description: Root of the sysfs tree the RDMA facts are read from (a recorded tree in the lab).
+    type: path
+    default: /sys
+  container:
+    description: Name of the serve container. Not read when omitted (RV(container) is then null).
+    type: str
   image:
     description: The serve image (as rendered); its ID on this node is returned as RV(image_id).
     type: str
@@ -50,8 +70,10 @@ attributes:
 """
 
 EXAMPLES = r"""
-- name: Read the node's serve state before the launch decides
+- name: Read the node's CX7 port, RDMA facts and serve state before the launch renders and decides
   dgxspark.vllm.vllm_node_state:
+    cx7_ip: 192.168.100.10
+    rdma: true
     container: vllm_glm53
     image: vllm-node:latest
     stamp_path: /var/tmp/models/glm-5.3-flash/.dgxspark-stamp.json
@@ -60,8 +82,23 @@ EXAMPLES = r"""
 """
 
 RETURN = r"""
+cx7_iface:
+  description: The interface that carries O(cx7_ip) (or O(cx7_iface) as given); null without O(cx7_ip).
+  returned: always
+  type: str
+  sample: enp1s0f0np0
+rdma:
+  description:
+    - The RDMA facts of the CX7 port, as M(dgxspark.vllm.rdma_link_info) returns them (C(ok), C(hca),
+      C(ib_hca), C(gid_index), C(problems), ...); null unless O(rdma).
+    - A sysfs tree that cannot be read gives C(ok=false) and C(msg) rather than a failure (preflight is where a
+      missing RDMA device is diagnosed).
+  returned: always
+  type: dict
+  sample: {ok: true, hca: rocep1s0f0, ib_hca: "rocep1s0f0,roceP2p1s0f0", gid_index: 3}
 container:
-  description: The serve container; C(config_hash) is its C(dgxspark.vllm.config_hash) label.
+  description: The serve container; C(config_hash) is its C(dgxspark.vllm.config_hash) label. Null when
+    O(container) is omitted.
   returned: always
   type: dict
   sample: {exists: true, running: true, id: "4f1c...", exit_code: 0, config_hash: "9b2e...", started_at: "2026-12-01T07:05:12Z"}
@@ -96,7 +133,9 @@ import os
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.dgxspark.vllm.plugins.module_utils._node_state import NodeStateError, read_state
+from ansible_collections.dgxspark.vllm.plugins.module_utils._node_state import (
+    NodeStateError, interface_with_ip, no_interface_message, parse_ipv4_addresses, read_state)
+from ansible_collections.dgxspark.vllm.plugins.module_utils._rdma import RdmaError, resolve_link
 
 
 def _read_meminfo() -> str:
@@ -107,21 +146,51 @@ def _read_meminfo() -> str:
         return ""
 
 
+def _cx7_iface(module: AnsibleModule, cx7_ip: str) -> str:
+    """The interface that carries cx7_ip (fails with the fix when none does)."""
+    ip_bin = module.get_bin_path("ip")
+    if ip_bin is None:
+        module.fail_json(msg="iproute2's ip is not installed on this node, so the interface that carries the CX7 IP "
+                             "%s cannot be found: install iproute2 or set dgxspark_vllm_cx7_iface" % cx7_ip)
+    rc, out, err = module.run_command([ip_bin, "-j", "-4", "addr", "show"])
+    if rc != 0:
+        module.fail_json(msg="ip -j -4 addr show failed on this node: %s" % (" ".join(err.split()) or rc))
+    try:
+        addresses = parse_ipv4_addresses(out)
+        found = interface_with_ip(addresses, cx7_ip)
+    except NodeStateError as exc:
+        module.fail_json(msg=str(exc))
+    if found is None:
+        module.fail_json(msg=no_interface_message(cx7_ip, addresses), ipv4_interfaces=addresses)
+    return found
+
+
 def main() -> None:
     module = AnsibleModule(
         argument_spec={
-            "container": {"type": "str", "required": True},
+            "cx7_ip": {"type": "str"},
+            "cx7_iface": {"type": "str"},
+            "rdma": {"type": "bool", "default": False},
+            "sysfs_root": {"type": "path", "default": "/sys"},
+            "container": {"type": "str"},
             "image": {"type": "str"},
             "stamp_path": {"type": "path"},
             "lock_path": {"type": "path"},
             "gpu": {"type": "bool", "default": True},
         },
+        required_if=[("rdma", True, ("cx7_ip",))],
         supports_check_mode=True,
     )
     p = module.params
-    docker = module.get_bin_path("docker")
-    if docker is None:
-        module.fail_json(msg="the docker CLI is not installed on this node (not found on PATH)")
+    cx7_iface = p["cx7_iface"] or None
+    if p["cx7_ip"] and cx7_iface is None:
+        cx7_iface = _cx7_iface(module, p["cx7_ip"])
+    rdma = None
+    if p["rdma"]:
+        try:
+            rdma = resolve_link(p["cx7_ip"], cx7_iface, p["sysfs_root"]).to_dict()
+        except RdmaError as exc:
+            rdma = {"ok": False, "msg": str(exc)}
     stamp_text = None
     if p["stamp_path"] and os.path.exists(p["stamp_path"]):
         try:
@@ -130,14 +199,14 @@ def main() -> None:
         except OSError as exc:
             module.fail_json(msg="cannot read the stamp %s: %s" % (p["stamp_path"], exc))
     try:
-        state = read_state(module.run_command, docker, p["container"], p["image"],
+        state = read_state(module.run_command, module.get_bin_path("docker"), p["container"], p["image"],
                            module.get_bin_path("nvidia-smi") if p["gpu"] else None,
                            stamp_text, p["stamp_path"],
                            os.path.lexists(p["lock_path"]) if p["lock_path"] else None,
                            _read_meminfo())
     except NodeStateError as exc:
         module.fail_json(msg=str(exc))
-    module.exit_json(changed=False, **state)
+    module.exit_json(changed=False, cx7_iface=cx7_iface, rdma=rdma, **state)
 
 
 if __name__ == "__main__":

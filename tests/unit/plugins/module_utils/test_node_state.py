@@ -92,3 +92,59 @@ def test_mem_total_as_the_memtotal_mb_fact() -> None:
     assert ns.mem_total_mb("MemFree: 1 kB\n") is None
     assert ns.read_state(Fake({"container inspect": (1, "", "No such container: x")}), "docker", "x", None, None,
                          None, None, None, meminfo)["mem_total_mb"] == 124546
+
+
+IP_JSON = json.dumps([
+    {"ifname": "lo", "addr_info": [{"family": "inet", "local": "127.0.0.1", "prefixlen": 8}]},
+    {"ifname": "enP7s7", "addr_info": [{"family": "inet", "local": "192.168.1.20", "prefixlen": 24}]},
+    {"ifname": "enp1s0f0np0", "addr_info": [
+        {"family": "inet", "local": "10.0.0.5", "prefixlen": 24},
+        {"family": "inet", "local": "192.168.100.10", "prefixlen": 24, "secondary": True}]},
+    {"ifname": "enp1s0f1np1", "addr_info": []},
+    {"ifname": "wlP9s9", "addr_info": [{"family": "inet6", "local": "fe80::1", "prefixlen": 64}]},
+])
+
+
+def test_ipv4_addresses_keep_every_address_of_each_interface_and_skip_those_without() -> None:
+    assert ns.parse_ipv4_addresses(IP_JSON) == {"lo": ["127.0.0.1"], "enP7s7": ["192.168.1.20"],
+                                                "enp1s0f0np0": ["10.0.0.5", "192.168.100.10"]}
+
+
+def test_the_cx7_ip_is_found_on_a_secondary_address_and_compared_as_an_address() -> None:
+    addresses = ns.parse_ipv4_addresses(IP_JSON)
+    assert ns.interface_with_ip(addresses, "192.168.100.10") == "enp1s0f0np0"
+    assert ns.interface_with_ip(addresses, " 192.168.1.20 ") == "enP7s7"
+    assert ns.interface_with_ip(addresses, "192.168.100.11") is None
+
+
+def test_a_cx7_ip_that_is_not_an_address_names_the_variable() -> None:
+    with pytest.raises(ns.NodeStateError, match="dgxspark_vllm_cx7_ip"):
+        ns.interface_with_ip({}, "192.168.100")
+
+
+@pytest.mark.parametrize("text", ["not json", '{"ifname": "x"}'])
+def test_ip_output_that_is_not_a_json_list_is_an_error(text: str) -> None:
+    with pytest.raises(ns.NodeStateError, match="ip -j -4 addr show"):
+        ns.parse_ipv4_addresses(text)
+
+
+def test_no_interface_message_lists_what_the_node_has_and_every_fix() -> None:
+    msg = ns.no_interface_message("192.168.100.10", ns.parse_ipv4_addresses(IP_JSON))
+    assert "192.168.100.10" in msg
+    assert "enp1s0f0np0 10.0.0.5/192.168.100.10" in msg and "enP7s7 192.168.1.20" in msg
+    for fix in ("dgxspark_vllm_cx7_ip", "dgxspark_vllm_cx7_iface", "address the CX7 port"):
+        assert fix in msg
+    assert "IPv4 interfaces: none" in ns.no_interface_message("192.168.100.10", {})
+
+
+def test_without_a_container_or_image_nothing_runs_and_docker_is_not_needed() -> None:
+    fake = Fake({})
+    state = ns.read_state(fake, None, None, None, None, None, None, None, "MemTotal: 2048 kB\n")
+    assert fake.calls == []
+    assert state["container"] is None and state["image_id"] is None and state["mem_total_mb"] == 2
+
+
+@pytest.mark.parametrize(("container", "image"), [("vllm_glm53", None), (None, "vllm-node:latest")])
+def test_a_container_or_image_read_without_docker_says_so(container: str | None, image: str | None) -> None:
+    with pytest.raises(ns.NodeStateError, match="docker CLI is not installed"):
+        ns.read_state(Fake({}), None, container, image, None, None, None, None)

@@ -59,3 +59,45 @@ def test_absent_stamp_and_lock(tmp_path: Path) -> None:
 def test_without_the_docker_cli_it_says_so() -> None:
     with pytest.raises(ModuleFail, match="docker CLI is not installed"):
         _run({"container": "vllm_glm53"}, ANSWERS, {})
+
+
+FIXTURES = Path(__file__).parent.parent.parent.parent / "fixtures" / "sysfs"
+IP_ANSWER = (0, json.dumps([{"ifname": "eth0", "addr_info": [{"family": "inet", "local": "10.77.0.11"}]},
+                            {"ifname": "enp1s0f1np1", "addr_info": [{"family": "inet", "local": "10.77.1.11"}]}]), "")
+
+
+def test_finds_the_cx7_port_by_its_ip_and_reads_its_rdma_facts_from_the_tree() -> None:
+    result = _run({"cx7_ip": "10.77.1.11", "rdma": True, "sysfs_root": str(FIXTURES / "lab_head"),
+                   "container": "vllm_glm53", "gpu": False},
+                  dict(ANSWERS, **{"addr show": IP_ANSWER}), {"docker": "/usr/bin/docker", "ip": "/usr/sbin/ip"})
+    assert result["cx7_iface"] == "enp1s0f1np1"
+    assert result["rdma"]["ok"] is True
+    assert (result["rdma"]["gid_index"], result["rdma"]["ib_hca"]) == (3, "rocep1s0f1,roceP2p1s0f1")
+    assert result["container"]["config_hash"] == "h1"
+
+
+def test_a_named_cx7_interface_is_taken_as_given_without_asking_ip() -> None:
+    result = _run({"cx7_ip": "10.77.1.11", "cx7_iface": "enp9s0", "gpu": False}, {}, {})
+    assert result["cx7_iface"] == "enp9s0" and result["rdma"] is None and result["container"] is None
+
+
+def test_no_interface_with_the_cx7_ip_fails_with_the_interfaces_and_the_fix() -> None:
+    with pytest.raises(ModuleFail, match=r"10\.77\.1\.99 .*eth0 10\.77\.0\.11.*dgxspark_vllm_cx7_iface") as exc:
+        _run({"cx7_ip": "10.77.1.99", "gpu": False}, {"addr show": IP_ANSWER}, {"ip": "/usr/sbin/ip"})
+    assert exc.value.result["ipv4_interfaces"]["enp1s0f1np1"] == ["10.77.1.11"]
+
+
+def test_without_iproute2_it_says_to_install_it_or_name_the_interface() -> None:
+    with pytest.raises(ModuleFail, match="iproute2.*dgxspark_vllm_cx7_iface"):
+        _run({"cx7_ip": "10.77.1.11", "gpu": False}, {}, {})
+
+
+def test_an_unreadable_sysfs_tree_is_reported_in_rdma_not_as_a_failure(tmp_path: Path) -> None:
+    result = _run({"cx7_ip": "10.77.1.11", "cx7_iface": "enp1s0f1np1", "rdma": True,
+                   "sysfs_root": str(tmp_path / "absent"), "gpu": False}, {}, {})
+    assert result["rdma"]["ok"] is False and "absent" in result["rdma"]["msg"]
+
+
+def test_rdma_needs_the_cx7_ip() -> None:
+    with pytest.raises(ModuleFail, match="cx7_ip"):
+        _run({"rdma": True, "gpu": False}, {}, {})
