@@ -170,6 +170,9 @@ GLM53_FLASH_NVFP4 = Profile(
 # - KV size: on CPU, --gpu-memory-utilization is a fraction of host RAM; 0.1 (≈ 1.75 GiB of the lab's
 #   machine) lets vLLM auto-size the KV cache (`Auto set (X/Y) GiB`, ≈ 1.2 GiB per rank), which is the estimate
 #   the launch role's calibration reads back before it relaunches with --kv-cache-memory-bytes.
+# - the CPU engine's first request across two ranks compiles small kernels through torch inductor even with
+#   --enforce-eager (≈ 40 s on the lab's 2 cores): its cache lives in the node's cache volume, not the
+#   container's /tmp, so a relaunch on the same node loads them instead (≈ 17 s).
 _LAB_DROPPED_ENV = frozenset({
     "TORCH_CUDA_ARCH_LIST", "FLASHINFER_CUDA_ARCH_LIST", "NCCL_NET", "NCCL_IB_ROCE_VERSION_NUM",
     "NCCL_IB_ADDR_FAMILY", "NCCL_IB_ADDR_RANGE", "NCCL_IB_MERGE_NICS",
@@ -192,6 +195,7 @@ LAB_CPU = Profile(
         ("VLLM_NO_USAGE_STATS", "1"),
         ("DO_NOT_TRACK", "1"),
         ("TMPDIR", "/tmp"),
+        ("TORCHINDUCTOR_CACHE_DIR", "/cache/torchinductor"),
     ),
     args=tuple(item for item in _NVFP4_ARGS if item[0] not in _LAB_DROPPED_ARGS),
     volumes=_VOLUMES,

@@ -538,6 +538,9 @@ def test_lab_profile_turns_off_what_the_lab_cannot_have() -> None:
         assert flag not in command
     assert flag_value(command, "--max-model-len") == "4096"
     assert [env[name] for name in ("VLLM_NO_USAGE_STATS", "DO_NOT_TRACK", "TMPDIR")] == ["1", "1", "/tmp"]
+    # the inductor cache of the first request's compile is kept in the node's cache volume (mounted at /cache)
+    assert env["TORCHINDUCTOR_CACHE_DIR"] == "/cache/torchinductor"
+    assert "/var/tmp/cache:/cache" in container["volumes"]
     assert "VLLM_CPU_KVCACHE_SPACE" not in env  # the KV size comes from calibration (or vLLM's auto-sizing)
     assert flag_value(command, "--gpu-memory-utilization") == "0.1"
     assert env["VLLM_HOST_IP"] == "10.91.0.12" and env["GLOO_SOCKET_IFNAME"] == "eth0"
@@ -569,7 +572,7 @@ def test_lab_is_the_recipe_path_with_parts_left_out() -> None:
     assert set(nvfp4_flags) - set(lab_flags) == removed
     nvfp4_env = [name for name, _value in _profiles.GLM53_FLASH_NVFP4.env]
     lab_env = [name for name, _value in _profiles.LAB_CPU.env]
-    added = ["VLLM_NO_USAGE_STATS", "DO_NOT_TRACK", "TMPDIR"]
+    added = ["VLLM_NO_USAGE_STATS", "DO_NOT_TRACK", "TMPDIR", "TORCHINDUCTOR_CACHE_DIR"]
     assert lab_env == [name for name in nvfp4_env if name in lab_env] + added
 
 
