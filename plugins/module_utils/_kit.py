@@ -38,14 +38,9 @@ ACK_SETTING = "accept_noncommercial_drafter"
 ACK_VARIABLE = "dgxspark_vllm_accept_noncommercial_drafter"
 
 Layout = Literal["hf_cache", "local_dir"]
-# How each serving profile's checkpoint is staged. The EXL3 kit resolves weights through the hub cache
-# (models--org--name/refs/main -> snapshots/<commit>), so it needs the HF-cache layout; the NVFP4 recipe
-# mounts a flat --local-dir tree. Every profile in _profiles.PROFILES must be listed (a unit test checks).
-PROFILE_LAYOUTS: Mapping[str, Layout] = MappingProxyType({
-    PROFILE: "hf_cache",
-    "glm53_flash_nvfp4": "local_dir",
-    "lab_cpu": "local_dir",
-})
+# The EXL3 kit resolves weights through the hub cache (models--org--name/refs/main -> snapshots/<commit>), so its
+# profile stages in the HF-cache layout (profiles/glm53_flash_exl3.yml says so as data; a unit test checks).
+KIT_LAYOUT: Layout = "hf_cache"
 
 # Largest GPU_MEM_UTIL rendered without an explicit opt-in: the recipe's "keep GPU_MEM_UTIL at 0.85; 0.87 has
 # crashed heads" (the same limit as _serve_spec.MAX_GPU_MEMORY_UTILIZATION for the NVFP4 path).
@@ -305,14 +300,6 @@ def check_example(text: str) -> None:
                        "re-read the new commit's .env.example and start.sh and update _kit.EXAMPLE_KEYS")
 
 
-def staging_layout(profile: str) -> Layout:
-    """How ``profile``'s weights are staged: ``hf_cache`` (hub cache layout) or ``local_dir`` (flat tree)."""
-    if not isinstance(profile, str) or profile not in PROFILE_LAYOUTS:
-        raise KitError(f"profile {profile!r} has no staging layout; known profiles: "
-                       f"{', '.join(sorted(PROFILE_LAYOUTS))}")
-    return PROFILE_LAYOUTS[profile]
-
-
 def hf_cache_folder(repo: str) -> str:
     """The hub-cache folder of a repository: ``models--org--name`` (start.sh's ``models--${MODEL//\\//--}``)."""
     if not isinstance(repo, str) or not re.fullmatch(r"[A-Za-z0-9_.-]+/[A-Za-z0-9_.-]+", repo):
@@ -335,7 +322,7 @@ def exl3_staging(acknowledged: bool, spec_method: str = "dflash") -> tuple[Stage
     """The repositories to stage for the EXL3 profile; the drafter only with ``SPEC_METHOD=dflash``, guarded."""
     if spec_method not in ("dflash", "mtp", "none"):
         raise KitError(f"spec_method must be dflash, mtp or none (the kit's SPEC_METHOD), got {spec_method!r}")
-    layout = staging_layout(PROFILE)
+    layout = KIT_LAYOUT
     repos = [StagedRepo(CHECKPOINT_REPO, "checkpoint", layout, hf_cache_folder(CHECKPOINT_REPO))]
     if spec_method == "dflash":
         licence_guard(acknowledged)

@@ -26,7 +26,14 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from ansible_collections.dgxspark.vllm.plugins.module_utils._profiles import DEFAULT_PROFILE, PROFILES, Profile
+from ansible_collections.dgxspark.vllm.plugins.module_utils._profiles import (
+    DEFAULT_PROFILE,
+    RENDER_KEYS,
+    UNSET_DEFAULTS,
+    Profile,
+    ProfileError,
+    from_data,
+)
 
 HASH_LABEL = "dgxspark.vllm.config_hash"
 RANK_LABEL = "dgxspark.vllm.rank"
@@ -35,13 +42,7 @@ PROFILE_LABEL = "dgxspark.vllm.profile"
 API_KEY_ENV = "VLLM_API_KEY"
 MAX_GPU_MEMORY_UTILIZATION = 0.85
 
-SETTING_KEYS: tuple[str, ...] = (
-    "image", "container_name", "model_path", "served_model_name", "host", "port", "master_port", "master_addr",
-    "tensor_parallel_size", "pipeline_parallel_size", "gpus_per_node", "gpu_memory_utilization",
-    "allow_high_gpu_memory_utilization", "max_model_len", "kv_cache_memory_bytes", "cx7_subnet", "cx7_iface",
-    "ib_hca", "gid_index", "cache_path", "shm_size", "speculative_config", "default_chat_template_kwargs",
-    "extra_env", "remove_env", "extra_args", "remove_args", "distributed_timeout_seconds",
-)
+SETTING_KEYS: tuple[str, ...] = RENDER_KEYS
 NODE_KEYS: tuple[str, ...] = ("name", "cx7_ip", "head", "rank", "cx7_iface", "ib_hca", "gid_index")
 
 # Placeholders a profile may use besides the setting keys; they depend on the node being rendered.
@@ -83,7 +84,23 @@ _NEGATIVE_NUMBER = re.compile(r"^-\.?[0-9]")
 
 
 class SpecError(ValueError):
-    """A setting, node or profile that cannot be rendered; the message names the option and the fix."""
+    """A setting, node or profile that cannot be rendered; the message names the option and the fix.
+
+    ``problems`` lists every problem found (a validation checks every setting before it raises); ``key`` names
+    the setting of a single problem, when there is one.
+    """
+
+    def __init__(self, message: str, problems: list[str] | None = None, key: str | None = None,
+                 keys: list[str] | None = None) -> None:
+        super().__init__(message)
+        self.problems = problems if problems is not None else [message]
+        self.key = key
+        # the setting each problem is about (parallel to problems), where known
+        self.keys = keys if keys is not None else [key] * len(self.problems)
+
+
+def _default_name(key: str) -> str:
+    return f"settings.{key}"
 
 
 @dataclass(frozen=True)
@@ -221,17 +238,25 @@ def _hca_list(where: str, value: Any) -> str:
 # --------------------------------------------------------------------------- settings
 
 
-def get_profile(name: Any) -> Profile:
-    """The named profile, or a SpecError listing the known ones."""
-    if not isinstance(name, str) or name not in PROFILES:
-        raise SpecError(f"profile {name!r} is unknown; choose one of: {', '.join(sorted(PROFILES))}")
-    return PROFILES[name]
+def profile_from_data(data: Any) -> Profile:
+    """A resolved profile (`_profiles.as_data`'s form, as the config step publishes it), or a SpecError."""
+    try:
+        return from_data(data, TEMPLATE_KEYS)
+    except ProfileError as exc:
+        raise SpecError(str(exc), problems=exc.problems) from None
 
 
-def resolve_settings(profile: Profile, overrides: Mapping[str, Any] | None) -> tuple[dict[str, Any], set[str]]:
+def profile_defaults(profile: Profile) -> dict[str, Any]:
+    """The profile's value of every render setting (the render's own default where the profile sets none)."""
+    return {key: profile.settings.get(key, UNSET_DEFAULTS.get(key)) for key in SETTING_KEYS}
+
+
+def resolve_settings(profile: Profile, overrides: Mapping[str, Any] | None,
+                     name: Any = _default_name) -> tuple[dict[str, Any], set[str]]:
     """Profile defaults with the user's overrides (None = keep the default), validated and normalised.
 
-    Returns the settings and the keys the user set explicitly.
+    Returns the settings and the keys the user set explicitly. ``name`` maps a setting key to what the user
+    calls it (the option, or the inventory variable), for messages.
     """
     if overrides is None:
         overrides = {}
@@ -242,64 +267,98 @@ def resolve_settings(profile: Profile, overrides: Mapping[str, Any] | None) -> t
         raise SpecError(f"settings has unknown key(s): {', '.join(unknown)}; "
                         f"known keys: {', '.join(sorted(SETTING_KEYS))}")
     given = {key for key, value in overrides.items() if value is not None}
-    merged = {key: (overrides[key] if key in given else profile.settings.get(key)) for key in SETTING_KEYS}
-    return _validate_settings(merged), given
+    defaults = profile_defaults(profile)
+    merged = {key: (overrides[key] if key in given else defaults[key]) for key in SETTING_KEYS}
+    return _validate_settings(merged, name), given
 
 
-def _validate_settings(raw: dict[str, Any]) -> dict[str, Any]:
-    out: dict[str, Any] = {}
-
-    def opt(key: str, check: Any) -> None:
-        out[key] = None if raw[key] is None else check(f"settings.{key}", raw[key])
-
-    out["image"] = _str("settings.image", raw["image"])
-    name = _str("settings.container_name", raw["container_name"])
-    if not _CONTAINER_NAME.match(name):
-        raise SpecError(f"settings.container_name {name!r} is not a valid container name "
-                        "(letters, digits, _ . -, starting with a letter or digit)")
-    out["container_name"] = name
-    out["model_path"] = _abs_path("settings.model_path", raw["model_path"])
-    out["cache_path"] = _abs_path("settings.cache_path", raw["cache_path"])
-    out["served_model_name"] = _str("settings.served_model_name", raw["served_model_name"])
-    out["host"] = str(_ip("settings.host", raw["host"]))
-    out["port"] = _int("settings.port", raw["port"], 1, 65535)
-    out["master_port"] = _int("settings.master_port", raw["master_port"], 1, 65535)
-    if out["port"] == out["master_port"]:
-        raise SpecError(f"settings.port and settings.master_port are both {out['port']}: "
-                        "the API and the rendezvous need different ports")
-    opt("master_addr", lambda where, value: str(_ip(where, value)))
-    opt("tensor_parallel_size", lambda where, value: _int(where, value, 1))
-    out["pipeline_parallel_size"] = _int("settings.pipeline_parallel_size", raw["pipeline_parallel_size"], 1)
-    out["gpus_per_node"] = _int("settings.gpus_per_node", raw["gpus_per_node"], 1)
-    out["allow_high_gpu_memory_utilization"] = _bool("settings.allow_high_gpu_memory_utilization",
-                                                     raw["allow_high_gpu_memory_utilization"])
-    out["gpu_memory_utilization"] = _gpu_memory_utilization(raw["gpu_memory_utilization"],
-                                                            out["allow_high_gpu_memory_utilization"])
-    out["max_model_len"] = _int("settings.max_model_len", raw["max_model_len"], 1)
-    opt("kv_cache_memory_bytes", _kv_bytes)
-    opt("cx7_subnet", _subnet)
-    opt("cx7_iface", _iface)
-    opt("ib_hca", _hca_list)
-    out["gid_index"] = _int("settings.gid_index", raw["gid_index"], 0)
-    shm = _str("settings.shm_size", raw["shm_size"])
+def _shm(where: str, value: Any) -> str:
+    shm = _str(where, value)
     if not _SHM_SIZE.match(shm):
-        raise SpecError(f"settings.shm_size must be a size like 32g or 1g, got {shm!r}")
-    out["shm_size"] = shm
-    opt("speculative_config", _json_object)
-    opt("default_chat_template_kwargs", _json_object)
-    opt("distributed_timeout_seconds", lambda where, value: _int(where, value, 1))
-    out["extra_env"] = _extra_env(raw["extra_env"] or {})
-    out["remove_env"] = _str_list("settings.remove_env", raw["remove_env"] or [])
-    out["extra_args"] = _str_list("settings.extra_args", raw["extra_args"] or [])
-    out["remove_args"] = [_canonical_flag(flag) for flag in _str_list("settings.remove_args", raw["remove_args"] or [])]
-    for index, flag in enumerate(out["remove_args"]):
+        raise SpecError(f"{where} must be a size like 32g or 1g, got {shm!r}")
+    return shm
+
+
+def _container_name(where: str, value: Any) -> str:
+    text = _str(where, value)
+    if not _CONTAINER_NAME.match(text):
+        raise SpecError(f"{where} {text!r} is not a valid container name "
+                        "(letters, digits, _ . -, starting with a letter or digit)")
+    return text
+
+
+def _remove_args(where: str, value: Any) -> list[str]:
+    flags = [_canonical_flag(flag) for flag in _str_list(where, value or [])]
+    for index, flag in enumerate(flags):
         if not flag.startswith("-") or re.search(r"[\s=]", flag):
-            raise SpecError(f"settings.remove_args[{index}] must be a flag name such as --max-num-seqs, got {flag!r}")
+            raise SpecError(f"{where}[{index}] must be a flag name such as --max-num-seqs, got {flag!r}")
+    return flags
+
+
+# key -> (check(where, value), optional: None stays None)
+_SETTING_CHECKS: dict[str, tuple[Any, bool]] = {
+    "image": (_str, False),
+    "container_name": (_container_name, False),
+    "model_path": (lambda where, value: _abs_path(where, value), False),
+    "cache_path": (lambda where, value: _abs_path(where, value), False),
+    "served_model_name": (_str, False),
+    "host": (lambda where, value: str(_ip(where, value)), False),
+    "port": (lambda where, value: _int(where, value, 1, 65535), False),
+    "master_port": (lambda where, value: _int(where, value, 1, 65535), False),
+    "master_addr": (lambda where, value: str(_ip(where, value)), True),
+    "tensor_parallel_size": (lambda where, value: _int(where, value, 1), True),
+    "pipeline_parallel_size": (lambda where, value: _int(where, value, 1), False),
+    "gpus_per_node": (lambda where, value: _int(where, value, 1), False),
+    "allow_high_gpu_memory_utilization": (_bool, False),
+    "max_model_len": (lambda where, value: _int(where, value, 1), False),
+    "kv_cache_memory_bytes": (lambda where, value: _kv_bytes(where, value), True),
+    "cx7_subnet": (lambda where, value: _subnet(where, value), True),
+    "cx7_iface": (lambda where, value: _iface(where, value), True),
+    "ib_hca": (lambda where, value: _hca_list(where, value), True),
+    "gid_index": (lambda where, value: _int(where, value, 0), False),
+    "shm_size": (_shm, False),
+    "speculative_config": (lambda where, value: _json_object(where, value), True),
+    "default_chat_template_kwargs": (lambda where, value: _json_object(where, value), True),
+    "distributed_timeout_seconds": (lambda where, value: _int(where, value, 1), True),
+    "extra_env": (lambda where, value: _extra_env(value or {}, where), False),
+    "remove_env": (lambda where, value: _str_list(where, value or []), False),
+    "extra_args": (lambda where, value: _str_list(where, value or []), False),
+    "remove_args": (_remove_args, False),
+}
+
+
+def _validate_settings(raw: dict[str, Any], name: Any = _default_name) -> dict[str, Any]:
+    """Every setting checked (all problems collected, then one SpecError), then the checks across settings."""
+    out: dict[str, Any] = {}
+    problems: list[str] = []
+    keys: list[str] = []
+    for key, (check, optional) in _SETTING_CHECKS.items():
+        if raw[key] is None and (optional or key in ("extra_env", "remove_env", "extra_args", "remove_args")):
+            out[key] = None if optional else check(name(key), raw[key])
+            continue
+        try:
+            out[key] = check(name(key), raw[key])
+        except SpecError as exc:
+            problems.append(str(exc))
+            keys.append(key)
+    if "allow_high_gpu_memory_utilization" in out:
+        try:
+            out["gpu_memory_utilization"] = _gpu_memory_utilization(
+                raw["gpu_memory_utilization"], out["allow_high_gpu_memory_utilization"], name)
+        except SpecError as exc:
+            problems.append(str(exc))
+            keys.append("gpu_memory_utilization")
+    if "port" in out and "master_port" in out and out["port"] == out["master_port"]:
+        problems.append(f"{name('port')} and {name('master_port')} are both {out['port']}: "
+                        "the API and the rendezvous need different ports (e.g. 8000 and 29521)")
+        keys.append("port")
+    if problems:
+        raise SpecError("; ".join(problems), problems=problems, key=keys[0] if len(keys) == 1 else None, keys=keys)
     return out
 
 
-def _gpu_memory_utilization(value: Any, allow_high: bool) -> float:
-    where = "settings.gpu_memory_utilization"
+def _gpu_memory_utilization(value: Any, allow_high: bool, name: Any = _default_name) -> float:
+    where = name("gpu_memory_utilization")
     if isinstance(value, str):
         try:
             value = float(value)
@@ -312,7 +371,7 @@ def _gpu_memory_utilization(value: Any, allow_high: bool) -> float:
     if value > MAX_GPU_MEMORY_UTILIZATION and not allow_high:
         raise SpecError(f"{where} is {value}, above {MAX_GPU_MEMORY_UTILIZATION}: on DGX Spark 0.87 has crashed "
                         f"heads. Use {MAX_GPU_MEMORY_UTILIZATION} or less, or set "
-                        "settings.allow_high_gpu_memory_utilization: true to accept the risk")
+                        f"{name('allow_high_gpu_memory_utilization')}: true to accept the risk")
     return value
 
 
@@ -337,17 +396,18 @@ def _subnet(where: str, value: Any) -> str:
         raise SpecError(f"{where} must be a CIDR network such as 192.168.100.0/24, got {value!r}: {exc}{hint}") from None
 
 
-def _extra_env(value: Any) -> dict[str, str]:
+def _extra_env(value: Any, where: str = "settings.extra_env") -> dict[str, str]:
     if not isinstance(value, Mapping):
-        raise SpecError(f"settings.extra_env must be a dict of NAME: value, got {value!r}")
+        raise SpecError(f"{where} must be a dict of NAME: value, got {value!r}")
     out: dict[str, str] = {}
     for name, item in value.items():
         if not isinstance(name, str) or not _ENV_NAME.match(name):
-            raise SpecError(f"settings.extra_env key {name!r} is not a valid environment variable name")
+            raise SpecError(f"{where} key {name!r} is not a valid environment variable name")
         if name == API_KEY_ENV:
-            raise SpecError(f"settings.extra_env must not set {API_KEY_ENV}: use the api_key option (no_log)")
+            raise SpecError(f"{where} must not set {API_KEY_ENV}: use the api_key option "
+                            "(dgxspark_vllm_api_key, no_log)")
         if isinstance(item, bool) or not isinstance(item, (str, int, float)):
-            raise SpecError(f"settings.extra_env.{name} must be a string (quote booleans), got {item!r}")
+            raise SpecError(f"{where}.{name} must be a string (quote booleans), got {item!r}")
         out[name] = str(item)
     return out
 
@@ -355,8 +415,11 @@ def _extra_env(value: Any) -> dict[str, str]:
 # --------------------------------------------------------------------------- nodes
 
 
-def parse_nodes(raw: Any) -> list[Node]:
-    """Validate the cluster list and resolve ranks: the head is 0, the others 1..N-1 in list order."""
+def parse_nodes(raw: Any, node_field: Any = None) -> list[Node]:
+    """Validate the cluster list and resolve ranks: the head is 0, the others 1..N-1 in list order.
+
+    ``node_field(node name, field)`` names a node's field in messages (default: ``nodes[i] (name).field``).
+    """
     if isinstance(raw, (str, bytes)) or not isinstance(raw, Sequence) or not raw:
         raise SpecError("nodes must be a non-empty list of {name, cx7_ip, head, ...} dicts")
     entries: list[dict[str, Any]] = []
@@ -369,14 +432,18 @@ def parse_nodes(raw: Any) -> list[Node]:
             raise SpecError(f"{where} has unknown key(s): {', '.join(unknown)}; known keys: {', '.join(NODE_KEYS)}")
         name = _str(f"{where}.name", item.get("name"))
         where = f"nodes[{index}] ({name})"
+
+        def field(key: str, node_name: str = name, prefix: str = where) -> str:
+            return node_field(node_name, key) if node_field is not None else f"{prefix}.{key}"
+
         entries.append({
             "name": name,
-            "cx7_ip": str(_ip(f"{where}.cx7_ip", item.get("cx7_ip"))),
-            "head": _bool(f"{where}.head", item.get("head") if item.get("head") is not None else False),
-            "rank": None if item.get("rank") is None else _int(f"{where}.rank", item.get("rank"), 0),
-            "cx7_iface": None if item.get("cx7_iface") is None else _iface(f"{where}.cx7_iface", item["cx7_iface"]),
-            "ib_hca": None if item.get("ib_hca") is None else _hca_list(f"{where}.ib_hca", item["ib_hca"]),
-            "gid_index": None if item.get("gid_index") is None else _int(f"{where}.gid_index", item["gid_index"], 0),
+            "cx7_ip": str(_ip(field("cx7_ip"), item.get("cx7_ip"))),
+            "head": _bool(field("head"), item.get("head") if item.get("head") is not None else False),
+            "rank": None if item.get("rank") is None else _int(field("rank"), item.get("rank"), 0),
+            "cx7_iface": None if item.get("cx7_iface") is None else _iface(field("cx7_iface"), item["cx7_iface"]),
+            "ib_hca": None if item.get("ib_hca") is None else _hca_list(field("ib_hca"), item["ib_hca"]),
+            "gid_index": None if item.get("gid_index") is None else _int(field("gid_index"), item["gid_index"], 0),
         })
     _check_unique(entries, "name", "node names must be unique")
     _check_unique(entries, "cx7_ip", "each node needs its own cx7_ip")
@@ -419,31 +486,35 @@ def _assign_ranks(entries: list[dict[str, Any]]) -> None:
         raise SpecError(f"the head {head['name']} has rank {head['rank']}: the head must be rank 0")
 
 
-def _check_cluster(settings: dict[str, Any], nodes: list[Node]) -> None:
+def _check_cluster(settings: dict[str, Any], nodes: list[Node], name: Any = _default_name) -> None:
     head = next(node for node in nodes if node.head)
+    problems: list[str] = []
     if settings["master_addr"] is not None and ipaddress.ip_address(settings["master_addr"]) != \
             ipaddress.ip_address(head.cx7_ip):
-        raise SpecError(f"settings.master_addr {settings['master_addr']} is not the head's cx7_ip "
-                        f"({head.name}: {head.cx7_ip}); leave master_addr unset or make it the head's cx7_ip")
+        problems.append(f"{name('master_addr')} {settings['master_addr']} is not the head's cx7_ip "
+                        f"({head.name}: {head.cx7_ip}); leave it unset or make it the head's cx7_ip")
     if settings["cx7_subnet"] is not None:
         subnet = ipaddress.ip_network(settings["cx7_subnet"])
         for node in nodes:
             address = ipaddress.ip_address(node.cx7_ip)
             if address.version != subnet.version or address not in subnet:
-                raise SpecError(f"nodes ({node.name}).cx7_ip {node.cx7_ip} is outside settings.cx7_subnet {subnet}: "
-                                "fix the node's cx7_ip or the subnet")
+                problems.append(f"the cx7_ip of {node.name}, {node.cx7_ip}, is outside {name('cx7_subnet')} "
+                                f"{subnet}: fix the node's cx7_ip or the subnet")
     total = len(nodes) * settings["gpus_per_node"]
     pipeline = settings["pipeline_parallel_size"]
     if settings["tensor_parallel_size"] is None:
         if total % pipeline:
-            raise SpecError(f"settings.pipeline_parallel_size {pipeline} does not divide the {total} GPUs "
+            problems.append(f"{name('pipeline_parallel_size')} {pipeline} does not divide the {total} GPUs "
                             f"({len(nodes)} nodes x gpus_per_node {settings['gpus_per_node']})")
-        settings["tensor_parallel_size"] = total // pipeline
+        else:
+            settings["tensor_parallel_size"] = total // pipeline
     elif settings["tensor_parallel_size"] * pipeline != total:
-        raise SpecError(f"settings.tensor_parallel_size x pipeline_parallel_size = "
+        problems.append(f"{name('tensor_parallel_size')} x pipeline_parallel_size = "
                         f"{settings['tensor_parallel_size']} x {pipeline} must equal nodes x gpus_per_node = "
                         f"{len(nodes)} x {settings['gpus_per_node']} = {total}; fix one of them "
-                        "(or leave tensor_parallel_size unset to derive it)")
+                        f"(e.g. {name('tensor_parallel_size')}: {total // pipeline}, or leave it unset to derive it)")
+    if problems:
+        raise SpecError("; ".join(problems), problems=problems)
 
 
 # --------------------------------------------------------------------------- templates
@@ -674,8 +745,12 @@ def docker_run_argv(container: Mapping[str, Any]) -> list[str]:
 
 
 def _render_node(profile: Profile, settings: dict[str, Any], nodes: list[Node], node: Node,
-                 api_key: str | None, warnings: list[str]) -> RenderedSpec:
+                 api_key: str | None, warnings: list[str], pending_identity: bool = False) -> RenderedSpec:
     values = _values(settings, nodes, node)
+    if pending_identity:
+        for key in ("cx7_iface", "ib_hca", "gid_index"):
+            if values[key] is None:
+                values[key] = f"<{key} detected on {node.name}>"
     args = _render_args(profile, settings, values, node, warnings)
     env = _render_env(profile, settings, values, node, args, api_key, warnings)
     volumes = []
@@ -717,7 +792,7 @@ def _render_node(profile: Profile, settings: dict[str, Any], nodes: list[Node], 
     )
 
 
-def _unused_settings(profile: Profile, given: set[str]) -> list[str]:
+def _unused_settings(profile: Profile, given: set[str], name: Any = _default_name) -> list[str]:
     used = set(_CODE_SETTINGS)
     for _name, template in profile.env:
         used.update(template_fields(template))
@@ -725,25 +800,41 @@ def _unused_settings(profile: Profile, given: set[str]) -> list[str]:
         used.update(template_fields(template or ""))
     for template in profile.volumes:
         used.update(template_fields(template))
-    return [f"settings.{key} is ignored: profile {profile.name} does not use it" for key in sorted(given - used)]
+    return [f"{name(key)} is ignored: profile {profile.name} does not use it" for key in sorted(given - used)]
 
 
-def render_spec(profile: str, nodes: Any, node: str, settings: Mapping[str, Any] | None = None,
-                api_key: str | None = None) -> RenderedSpec:
-    """Validate the cluster and render the container for ``node``. Raises SpecError."""
-    chosen = get_profile(profile)
-    resolved, given = resolve_settings(chosen, settings)
-    cluster = parse_nodes(nodes)
-    _check_cluster(resolved, cluster)
-    names = [item.name for item in cluster]
-    if node not in names:
-        raise SpecError(f"node {node!r} is not in nodes ({', '.join(names)}); pass one of their names")
+def render_cluster(profile: Profile, nodes: Any, settings: Mapping[str, Any] | None = None,
+                   api_key: str | None = None, name: Any = _default_name, node_field: Any = None,
+                   pending_identity: bool = False) -> dict[str, RenderedSpec]:
+    """Validate the cluster and render every node's container (node name -> spec). Raises SpecError.
+
+    ``name`` and ``node_field`` name settings and node fields in messages (the inventory variable the user sets).
+    ``pending_identity``: a node's interface, HCAs and GID index not known yet (detected on the node later)
+    render as a visible stand-in instead of failing; the config step checks a cluster before any node is read.
+    """
+    if profile.launcher != "docker_run":
+        raise SpecError(f"profile {profile.name} is started by its {profile.launcher} launcher, not rendered as a "
+                        "docker run (use the kit_launch role)")
+    resolved, given = resolve_settings(profile, settings, name)
+    cluster = parse_nodes(nodes, node_field)
+    _check_cluster(resolved, cluster, name)
     if api_key is not None and (not isinstance(api_key, str) or not api_key or re.search(r"\s", api_key)):
         raise SpecError("api_key must be a non-empty string without whitespace (or omit it)")
-    warnings = _unused_settings(chosen, given)
+    warnings = _unused_settings(profile, given, name)
     rendered: dict[str, RenderedSpec] = {}
     for item in cluster:   # every node, so a setting wrong for any node fails everywhere
-        rendered[item.name] = _render_node(chosen, resolved, cluster, item, api_key, list(warnings))
+        rendered[item.name] = _render_node(profile, resolved, cluster, item, api_key, list(warnings),
+                                           pending_identity)
+    return rendered
+
+
+def render_spec(profile: Profile, nodes: Any, node: str, settings: Mapping[str, Any] | None = None,
+                api_key: str | None = None) -> RenderedSpec:
+    """Validate the cluster and render the container for ``node``. Raises SpecError."""
+    names = [item.get("name") for item in nodes if isinstance(item, Mapping)] if isinstance(nodes, list) else []
+    rendered = render_cluster(profile, nodes, settings, api_key)
+    if node not in rendered:
+        raise SpecError(f"node {node!r} is not in nodes ({', '.join(map(str, names))}); pass one of their names")
     return rendered[node]
 
 
@@ -792,7 +883,8 @@ _SETTINGS_OPTIONS = dict(
 
 # The vllm_serve_spec task's arguments (the module and its action plugin validate with the same spec).
 ARGUMENT_SPEC: dict[str, Any] = dict(
-    profile=dict(type="str", choices=sorted(PROFILES), default=DEFAULT_PROFILE),
+    profile=dict(type="str", default=DEFAULT_PROFILE),
+    profile_data=dict(type="dict"),
     nodes=dict(type="list", elements="dict", required=True, options=_NODE_OPTIONS),
     node=dict(type="str", required=True),
     settings=dict(type="dict", default={}, options=_SETTINGS_OPTIONS),

@@ -41,10 +41,17 @@ attributes:
 options:
   profile:
     description:
-      - The named profile whose container options, env and vLLM flags are rendered.
+      - The name of a built-in profile (a file in the collection's C(profiles/) folder) whose container options,
+        env and vLLM flags are rendered, when O(profile_data) is not given. Built-in - V(glm53_flash_nvfp4),
+        V(lab_cpu).
     type: str
-    choices: [glm53_flash_nvfp4, lab_cpu]
     default: glm53_flash_nvfp4
+  profile_data:
+    description:
+      - A resolved profile as data (the C(profile) key of the C(dgxspark_vllm_config) fact that
+        M(dgxspark.vllm.cluster_config) publishes), built-in or defined in the inventory. Takes precedence over
+        O(profile).
+    type: dict
   nodes:
     description:
       - The whole cluster, every node including the one rendered.
@@ -402,7 +409,12 @@ headless:
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.dgxspark.vllm.plugins.module_utils._serve_spec import ARGUMENT_SPEC, SpecError, render_spec
+from ansible_collections.dgxspark.vllm.plugins.module_utils._serve_spec import (
+    ARGUMENT_SPEC,
+    SpecError,
+    profile_from_data,
+    render_spec,
+)
 
 
 def main() -> None:
@@ -410,9 +422,13 @@ def main() -> None:
         argument_spec=ARGUMENT_SPEC,
         supports_check_mode=True,
     )
+    if module.params["profile_data"] is None:
+        # the built-in profiles are files on the controller: the action plugin of the same name reads them
+        module.fail_json(msg="profile_data is required when the module runs on a node (the action plugin of the "
+                             "same name renders built-in profiles by name on the controller)")
     try:
         spec = render_spec(
-            profile=module.params["profile"],
+            profile=profile_from_data(module.params["profile_data"]),
             nodes=module.params["nodes"],
             node=module.params["node"],
             settings=module.params["settings"],

@@ -10,7 +10,8 @@ from typing import Any
 
 import pytest
 
-from ansible_collections.dgxspark.vllm.plugins.module_utils import _kit, _profiles
+from ansible_collections.dgxspark.vllm.plugins.module_utils import _kit
+from helpers.profiles import PROFILES
 from ansible_collections.dgxspark.vllm.plugins.module_utils._kit import (
     KIT_COMMIT,
     KIT_KEYS,
@@ -22,7 +23,6 @@ from ansible_collections.dgxspark.vllm.plugins.module_utils._kit import (
     licence_guard,
     render_env,
     resolve_env,
-    staging_layout,
 )
 
 # The `KEY=value` lines of the kit's .env.example at KIT_COMMIT, verbatim, with their line numbers: an
@@ -423,20 +423,14 @@ def test_staging_refuses_the_drafter_without_acknowledgement() -> None:
 
 
 def test_exl3_stages_in_hub_cache_layout_nvfp4_in_a_local_dir() -> None:
-    assert staging_layout("glm53_flash_exl3") == "hf_cache"
-    assert staging_layout("glm53_flash_nvfp4") == "local_dir"
-    assert staging_layout("lab_cpu") == "local_dir"
+    assert PROFILES["glm53_flash_exl3"].staging_layout == "hf_cache"
+    assert PROFILES["glm53_flash_nvfp4"].staging_layout == "local_dir"
+    assert PROFILES["lab_cpu"].staging_layout == "local_dir"
 
 
-def test_every_serving_profile_has_a_layout() -> None:
-    assert set(_profiles.PROFILES) <= set(_kit.PROFILE_LAYOUTS)
-    assert set(_kit.PROFILE_LAYOUTS) - set(_profiles.PROFILES) == {"glm53_flash_exl3"}
-
-
-@pytest.mark.parametrize("profile", ["glm53_flash", "", None, ["glm53_flash_exl3"]])
-def test_unknown_profile_has_no_layout(profile: Any) -> None:
-    with pytest.raises(KitError, match=r"has no staging layout; known profiles: glm53_flash_exl3, glm53_flash_nvfp4"):
-        staging_layout(profile)
+def test_the_kit_layout_is_the_exl3_profiles() -> None:
+    assert _kit.KIT_LAYOUT == PROFILES["glm53_flash_exl3"].staging_layout
+    assert PROFILES["glm53_flash_exl3"].launcher == "exl3_kit"
 
 
 def test_exl3_staging_plan_uses_the_kits_cache_folders() -> None:

@@ -11,15 +11,15 @@ from typing import Any
 
 import pytest
 
-from ansible_collections.dgxspark.vllm.plugins.module_utils import _profiles
+from helpers.profiles import PROFILES
 from ansible_collections.dgxspark.vllm.plugins.module_utils._serve_spec import (
     HASH_LABEL,
     SpecError,
     config_hash,
     docker_run_argv,
     parse_args,
-    render_spec,
 )
+from ansible_collections.dgxspark.vllm.plugins.module_utils._serve_spec import render_spec as _render_spec
 
 FIXTURE = Path(__file__).resolve().parents[3] / "fixtures" / "recipe_nvfp4_command.txt"
 
@@ -29,6 +29,11 @@ SUBNET = "192.168.100.0/24"
 IFACE = "enp1s0f1np1"
 HCA = "rocep1s0f1,roceP2p1s0f1"
 KV_BYTES = 41875931136
+
+
+def render_spec(profile: str, nodes: Any, node: str, settings: Any = None, api_key: str | None = None):
+    """The render of a built-in profile (profiles/*.yml), by name."""
+    return _render_spec(PROFILES[profile], nodes, node, settings, api_key)
 
 
 def cluster() -> list[dict[str, Any]]:
@@ -230,7 +235,7 @@ def _nodes(*changes: tuple[int, dict[str, Any]]) -> list[dict[str, Any]]:
 
 
 @pytest.mark.parametrize("kwargs, message", [
-    ({"profile": "glm53_flash_exl3"}, r"profile 'glm53_flash_exl3' is unknown; choose one of: glm53_flash_nvfp4, lab_cpu"),
+    ({"profile": "glm53_flash_exl3"}, r"profile glm53_flash_exl3 is started by its exl3_kit launcher, not rendered"),
     ({"node": "spark9"}, r"node 'spark9' is not in nodes \(spark1, spark2\)"),
     ({"nodes": []}, r"nodes must be a non-empty list"),
     ({"nodes": _nodes((0, {"rank": 0}))}, r"some nodes give a rank and some do not \(no rank: spark2\)"),
@@ -249,7 +254,7 @@ def _nodes(*changes: tuple[int, dict[str, Any]]) -> list[dict[str, Any]]:
     ({"nodes": _nodes((1, {"gid_index": -1}))}, r"\.gid_index must be >= 0"),
     ({"nodes": _nodes((1, {"ib_hca": "mlx5_0, mlx5_1"}))}, r"\.ib_hca must not contain whitespace"),
     ({"nodes": _nodes((1, {"cx7_ip": "192.168.200.12"}))},
-     r"nodes \(spark2\)\.cx7_ip 192\.168\.200\.12 is outside settings\.cx7_subnet 192\.168\.100\.0/24"),
+     r"the cx7_ip of spark2, 192\.168\.200\.12, is outside settings\.cx7_subnet 192\.168\.100\.0/24"),
     ({"master_addr": WORKER_IP}, r"settings\.master_addr 192\.168\.100\.12 is not the head's cx7_ip \(spark1: "),
     ({"master_addr": "spark1.local"}, r"settings\.master_addr must be an IP address"),
     ({"host": "localhost"}, r"settings\.host must be an IP address"),
@@ -565,13 +570,13 @@ def test_lab_head_has_no_headless() -> None:
 
 def test_lab_is_the_recipe_path_with_parts_left_out() -> None:
     """Same code path: the lab's flags and env are the recipe's in the same order, minus what it cannot have."""
-    nvfp4_flags = [flag for flag, _value in _profiles.GLM53_FLASH_NVFP4.args]
-    lab_flags = [flag for flag, _value in _profiles.LAB_CPU.args]
+    nvfp4_flags = [flag for flag, _value in PROFILES['glm53_flash_nvfp4'].args]
+    lab_flags = [flag for flag, _value in PROFILES['lab_cpu'].args]
     assert lab_flags == [flag for flag in nvfp4_flags if flag in lab_flags]
     removed = {"--speculative-config", "--moe-backend", "--kv-cache-dtype", "--block-size"}
     assert set(nvfp4_flags) - set(lab_flags) == removed
-    nvfp4_env = [name for name, _value in _profiles.GLM53_FLASH_NVFP4.env]
-    lab_env = [name for name, _value in _profiles.LAB_CPU.env]
+    nvfp4_env = [name for name, _value in PROFILES['glm53_flash_nvfp4'].env]
+    lab_env = [name for name, _value in PROFILES['lab_cpu'].env]
     added = ["VLLM_NO_USAGE_STATS", "DO_NOT_TRACK", "TMPDIR", "TORCHINDUCTOR_CACHE_DIR"]
     assert lab_env == [name for name in nvfp4_env if name in lab_env] + added
 
@@ -626,7 +631,7 @@ def test_lab_four_nodes() -> None:
 
 
 def test_every_profile_renders() -> None:
-    for name in _profiles.PROFILES:
+    for name in [name for name, item in PROFILES.items() if item.launcher == 'docker_run']:
         spec = render_spec(name, _nodes((0, {"cx7_iface": IFACE}), (1, {"cx7_iface": IFACE})), "spark2",
                            {"cx7_subnet": SUBNET, "ib_hca": HCA})
         assert spec.container["labels"]["dgxspark.vllm.profile"] == name

@@ -11,7 +11,9 @@ import pytest
 from ansible.module_utils import basic
 from ansible.module_utils.common.text.converters import to_bytes
 from helpers.module_runner import ModuleFail, run_module
+from helpers.profiles import PROFILES
 
+from ansible_collections.dgxspark.vllm.plugins.module_utils._profiles import as_data
 from ansible_collections.dgxspark.vllm.plugins.modules import vllm_serve_spec
 
 NODES = [
@@ -29,8 +31,12 @@ def _serialization_profile(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def args(**extra: Any) -> dict[str, Any]:
+    """The task's arguments as the launch role passes them: the profile by name and as data (the config fact's)."""
     base: dict[str, Any] = {"nodes": NODES, "node": "spark1", "settings": SETTINGS}
     base.update(extra)
+    name = base.setdefault("profile", "glm53_flash_nvfp4")
+    if name in PROFILES:
+        base.setdefault("profile_data", as_data(PROFILES[name]))
     return base
 
 
@@ -106,7 +112,11 @@ def test_spec_errors_fail(extra: dict[str, Any], message: str) -> None:
 
 
 @pytest.mark.parametrize("extra, message", [
-    ({"profile": "glm53_flash_exl3"}, r"value of profile must be one of: glm53_flash_nvfp4, lab_cpu"),
+    ({"profile": "glm53_flash_exl3"}, r"profile glm53_flash_exl3 is started by its exl3_kit launcher, not rendered"),
+    ({"profile": "mine", "profile_data": {"name": "mine", "extends": "glm53_flash_nvfp4"}},
+     r"extends 'glm53_flash_nvfp4', which is not a profile"),
+    ({"profile": "mine", "profile_data": {"name": "mine", "launcher": "docker_run", "args": ["--x"], "env": {"A": True}}},
+     r"env\.A must be a string"),
     ({"settings": dict(SETTINGS, bogus=1)}, r"Unsupported parameters.*bogus"),
     ({"nodes": [dict(NODES[0], extra=1), NODES[1]]}, r"Unsupported parameters.*extra"),
     ({"nodes": [{"name": "spark1", "head": True}, NODES[1]]}, r"missing required arguments: cx7_ip"),
@@ -115,6 +125,11 @@ def test_spec_errors_fail(extra: dict[str, Any], message: str) -> None:
 def test_argument_spec_errors(extra: dict[str, Any], message: str) -> None:
     with pytest.raises(ModuleFail, match=message):
         run_module(vllm_serve_spec.main, args(**extra))
+
+
+def test_a_node_run_needs_the_profile_as_data() -> None:
+    with pytest.raises(ModuleFail, match=r"profile_data is required when the module runs on a node"):
+        run_module(vllm_serve_spec.main, {"nodes": NODES, "node": "spark1", "settings": SETTINGS})
 
 
 def test_api_key_stays_out_of_the_command_line() -> None:

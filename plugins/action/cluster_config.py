@@ -1,0 +1,118 @@
+# Copyright: Contributors to the dgxspark.vllm collection
+# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
+"""Action plugin for dgxspark.vllm.cluster_config: resolve and check the whole cluster's configuration.
+
+Runs in the controller's process and never touches a node. It reads, for every host of spark_head and
+spark_workers, the ``dgxspark_vllm_*`` variables the inventory and extra vars give it (hostvars: no role
+defaults), resolves them with the profile (module_utils/_config.py) and publishes the ``dgxspark_vllm_config``
+fact, or fails listing every problem.
+"""
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from ansible_collections.dgxspark.vllm.plugins.module_utils._config import (
+    FACT,
+    FACT_NAMES,
+    PREFIX,
+    ConfigError,
+    Inputs,
+    describe_sources,
+    resolve,
+)
+from ansible_collections.dgxspark.vllm.plugins.plugin_utils._controller_action import (
+    ControllerAction,
+    ControllerTaskError,
+)
+from ansible_collections.dgxspark.vllm.plugins.plugin_utils._profile_files import ProfileFileError, builtin_profile_data
+
+# The dgxspark_vllm role's only defaults (the secrets, read directly by tasks): not a value a play gives.
+SECRET_DEFAULTS = frozenset({"dgxspark_vllm_api_key", "dgxspark_vllm_hf_token"})
+
+ARGUMENT_SPEC: dict[str, Any] = dict(
+    head_group=dict(type="str", default="spark_head"),
+    workers_group=dict(type="str", default="spark_workers"),
+)
+
+
+def _plain(value: Any) -> Any:
+    """Templated inventory data as plain Python types (strings, numbers, lists, dicts)."""
+    if isinstance(value, Mapping):
+        return {str(key): _plain(item) for key, item in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_plain(item) for item in value]
+    if isinstance(value, bool) or value is None:
+        return value
+    if isinstance(value, int):
+        return int(value)
+    if isinstance(value, float):
+        return float(value)
+    if isinstance(value, str):
+        return str(value)
+    return value
+
+
+class ActionModule(ControllerAction):
+    argument_spec = ARGUMENT_SPEC
+
+    def _read(self, hostvars: Any, host: str, names: list[str], problems: list[str]) -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        for name in names:
+            try:
+                out[name] = _plain(hostvars[host][name])
+            except Exception as exc:  # noqa: BLE001 - any templating error is reported with its variable
+                problems.append(f"{name} of {host} cannot be templated: {exc}")
+        return out
+
+    def run_task(self, params: dict[str, Any], check_mode: bool, diff: bool) -> dict[str, Any]:
+        task_vars = self._task_vars
+        groups = task_vars.get("groups", {})
+        head = list(groups.get(params["head_group"], []))
+        workers = list(groups.get(params["workers_group"], []))
+        hostvars = task_vars["hostvars"]
+        problems: list[str] = []
+        read: dict[str, dict[str, Any]] = {}
+        for host in dict.fromkeys(head + workers):
+            names = [name for name in hostvars[host] if name.startswith(PREFIX)]
+            read[host] = self._read(hostvars, host, names, problems)
+        # What this play gives every host above the inventory (play vars, vars_files, role params, role defaults):
+        # the current host's task vars that its hostvars lack or hold another value of. They apply to every host.
+        current = task_vars.get("inventory_hostname")
+        for name in [name for name in task_vars if name.startswith(PREFIX) and name not in FACT_NAMES]:
+            try:
+                value = _plain(self._templar.template(task_vars[name]))
+            except Exception as exc:  # noqa: BLE001 - any templating error is reported with its variable
+                problems.append(f"{name} cannot be templated: {exc}")
+                continue
+            if current in read and name in read[current] and read[current][name] == value:
+                continue
+            if value == "" and name in SECRET_DEFAULTS:
+                continue   # the dgxspark_vllm role's default, below every inventory value
+            for host in read:
+                read[host][name] = value
+        extra: dict[str, Any] = {}
+        if head:
+            extra = self._read(hostvars, head[0], [name for name in ("ansible_user", "checkpoint_allow_denylisted")
+                                                   if name in hostvars[head[0]]], problems)
+        try:
+            builtin = builtin_profile_data()
+            inputs = Inputs(hostvars=read, head=head, workers=workers, builtin_profiles=builtin,
+                            ansible_user=extra.get("ansible_user"),
+                            allow_denylisted=str(extra.get("checkpoint_allow_denylisted", False)).lower()
+                            in ("true", "yes", "1", "on"))
+            if problems:
+                raise ConfigError(problems)
+            config = resolve(inputs)
+        except ProfileFileError as exc:
+            raise ControllerTaskError(str(exc)) from exc
+        except ConfigError as exc:
+            listed = "\n".join(f"- {problem}" for problem in exc.problems)
+            raise ControllerTaskError(
+                f"the inventory has {len(exc.problems)} problem(s); nothing was started, pulled or downloaded. "
+                f"Fix every one of them:\n{listed}", problems=exc.problems) from exc
+        return {"changed": False, "ansible_facts": {FACT: config}, "sources": describe_sources(config)}
+
+    def run(self, tmp: Any = None, task_vars: dict[str, Any] | None = None) -> dict[str, Any]:
+        self._task_vars = task_vars or {}
+        return super().run(tmp, task_vars)

@@ -1,0 +1,502 @@
+# Copyright: Contributors to the dgxspark.vllm collection
+# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
+"""The cluster's configuration, resolved once and checked whole before any node is touched.
+
+Private module: may change at any time. Pure: no I/O, no Ansible imports.
+
+Input: what the inventory (and extra vars) give each host under ``dgxspark_vllm_*``, the inventory groups, the
+built-in profiles as data. Output: one configuration (profile < ``dgxspark_vllm_settings`` < explicit variables)
+with where each value came from, or every problem at once, each naming the variable to change and an example.
+"""
+from __future__ import annotations
+
+import difflib
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from ansible_collections.dgxspark.vllm.plugins.module_utils import _kit
+from ansible_collections.dgxspark.vllm.plugins.module_utils import _manifest
+from ansible_collections.dgxspark.vllm.plugins.module_utils._profiles import (
+    DEFAULT_PROFILE,
+    UNSET_DEFAULTS,
+    Profile,
+    ProfileError,
+    as_data,
+    build_profiles,
+    plain,
+)
+from ansible_collections.dgxspark.vllm.plugins.module_utils._serve_spec import (
+    _SETTING_CHECKS,
+    SETTING_KEYS as RENDER_KEYS,
+    TEMPLATE_KEYS,
+    SpecError,
+    _gpu_memory_utilization,
+    render_cluster,
+    resolve_settings,
+)
+
+PREFIX = "dgxspark_vllm_"
+FACT = "dgxspark_vllm_config"
+
+
+@dataclass(frozen=True)
+class Variable:
+    """One public variable: ``scope`` cluster (the same on every host), node (per host) or either (a cluster
+    value a host may override); ``setting`` the profile setting it sets; ``blank`` what an empty string means."""
+
+    name: str
+    scope: str = "cluster"
+    setting: str | None = None
+    kind: str = "setting"     # setting (checked by the render's checks), str, bool, dict, path, secret
+    blank: str = "error"      # error | unset | value
+    example: str = ""
+
+
+def _v(name: str, **kwargs: Any) -> Variable:
+    return Variable(name=name, **kwargs)
+
+
+VARIABLES: Mapping[str, Variable] = {var.name: var for var in (
+    _v("profile", kind="str", example="glm53_flash_nvfp4"),
+    _v("profiles", kind="dict", example="{my_profile: {extends: glm53_flash_nvfp4, settings: {...}}}"),
+    _v("lab", kind="bool", example="false"),
+    _v("image", setting="image", example="ghcr.io/tonyd2wild/vllm-glm53-flash:sm121-v8"),
+    _v("container_name", setting="container_name", example="vllm_glm53"),
+    _v("model_repo", setting="model_repo", kind="str", example="RedHatAI/GLM-5.3-Flash-NVFP4"),
+    _v("model_revision", setting="model_revision", kind="str", example="main"),
+    _v("drafter_repo", setting="drafter_repo", kind="str", blank="value", example='""'),
+    _v("drafter_revision", setting="drafter_revision", kind="str", example="main"),
+    _v("accept_noncommercial_drafter", kind="bool", example="true"),
+    _v("model_path", setting="model_path", example="/var/tmp/models/GLM-5.3-Flash-NVFP4-redhat"),
+    _v("cache_path", setting="cache_path", example="/var/tmp/cache"),
+    _v("kit_user", kind="str", example="spark"),
+    _v("hf_home", kind="path", example="/home/spark/.cache/huggingface"),
+    _v("staging_lock_path", kind="path", example="/run/dgxspark/staging.lock"),
+    _v("served_model_name", setting="served_model_name", example="glm-5.3-flash"),
+    _v("port", setting="port", example="8000"),
+    _v("master_port", setting="master_port", example="29521"),
+    _v("tensor_parallel_size", setting="tensor_parallel_size", example="2"),
+    _v("gpu_memory_utilization", setting="gpu_memory_utilization", example="0.85"),
+    _v("allow_high_gpu_memory_utilization", setting="allow_high_gpu_memory_utilization", example="false"),
+    _v("max_model_len", setting="max_model_len", example="262144"),
+    _v("kv_cache_memory_bytes", setting="kv_cache_memory_bytes", example="(unset: calibrated from vLLM's estimate)"),
+    _v("cx7_subnet", setting="cx7_subnet", blank="unset", example="192.168.100.0/24"),
+    _v("cx7_ip", scope="node", kind="str", example="192.168.100.11"),
+    _v("cx7_iface", scope="either", setting="cx7_iface", blank="unset", example="enp1s0f1np1"),
+    _v("ib_hca", scope="either", setting="ib_hca", blank="unset", example="rocep1s0f1,roceP2p1s0f1"),
+    _v("gid_index", scope="either", setting="gid_index", example="3"),
+    _v("settings", kind="dict", example="{extra_args: [--max-num-seqs, '8']}"),
+    _v("api_key", kind="secret", example='"{{ vault_vllm_api_key }}"'),
+    _v("hf_token", kind="secret", example='"{{ vault_hf_token }}"'),
+    _v("secure_logging", kind="bool", example="true"),
+)}
+# Variables the collection sets itself as facts (never inventory input).
+FACT_NAMES = frozenset({FACT, "dgxspark_vllm_detected_cx7_iface", "dgxspark_vllm_detected_ib_hca",
+                        "dgxspark_vllm_detected_gid_index"})
+# Names people invent, with what to do instead.
+_HINTS: Mapping[str, str] = {
+    "node_rank": "ranks come from the inventory groups: the host in spark_head is rank 0, the hosts in "
+                 "spark_workers follow in inventory order",
+    "rank": "ranks come from the inventory groups: the host in spark_head is rank 0, the hosts in spark_workers "
+            "follow in inventory order",
+    "master_addr": "the head's dgxspark_vllm_cx7_ip is the master address; nothing to set",
+    "headless": "--headless is added on every worker (spark_workers) and never on the head; nothing to set",
+    "host_ip": "each host's dgxspark_vllm_cx7_ip is its VLLM_HOST_IP",
+    "nnodes": "the number of nodes is the number of hosts in spark_head and spark_workers",
+}
+_IMAGE = re.compile(r"^(?:[A-Za-z0-9.-]+(?::[0-9]+)?/)?[a-z0-9]+(?:[._/-][a-z0-9]+)*"
+                    r"(?::(?P<tag>[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}))?(?:@(?P<digest>sha256:[0-9a-f]{64}))?$")
+_REPO = re.compile(r"^[A-Za-z0-9_.-]+/[A-Za-z0-9_.-]+$")
+_MISSING = object()
+
+
+class ConfigError(ValueError):
+    """The inventory cannot be served as it is: ``problems`` lists every problem, each with its fix."""
+
+    def __init__(self, problems: Sequence[str]) -> None:
+        super().__init__(f"{len(problems)} problem(s) in the inventory")
+        self.problems = list(problems)
+
+
+@dataclass(frozen=True)
+class Inputs:
+    """What the config step reads: per host, its ``dgxspark_vllm_*`` variables (inventory and extra vars, not
+    role defaults); the groups; the built-in profiles' data; a few variables of other roles it checks."""
+
+    hostvars: Mapping[str, Mapping[str, Any]]
+    head: Sequence[str]
+    workers: Sequence[str]
+    builtin_profiles: Mapping[str, Any]
+    ansible_user: str | None = None
+    allow_denylisted: bool = False
+
+
+def _show(value: Any) -> str:
+    if value is _MISSING:
+        return "not set"
+    return repr(value)
+
+
+def _fix(var: str, example: str) -> str:
+    return f"{var}: {example}" if example else var
+
+
+def _bool(value: Any) -> bool | None:
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, str) and value.strip().lower() in ("true", "yes", "on", "1", "false", "no", "off", "0"):
+        return value.strip().lower() in ("true", "yes", "on", "1")
+    return None
+
+
+def _hosts(inputs: Inputs) -> list[str]:
+    return list(dict.fromkeys(list(inputs.head) + list(inputs.workers)))
+
+
+def _check_groups(inputs: Inputs, problems: list[str]) -> None:
+    if len(inputs.head) != 1:
+        problems.append(f"the group spark_head must hold exactly one host (the head, rank 0); it holds "
+                        f"{len(inputs.head)}{': ' + ', '.join(inputs.head) if inputs.head else ''} "
+                        "(see inventories/example/hosts.yml)")
+    if not inputs.workers:
+        problems.append("the group spark_workers holds no host: the cluster needs at least one worker "
+                        "(see inventories/example/hosts.yml)")
+    both = sorted(set(inputs.head) & set(inputs.workers))
+    if both:
+        problems.append(f"{', '.join(both)} is in both spark_head and spark_workers: a host is the head or a worker")
+
+
+def _check_names(inputs: Inputs, problems: list[str]) -> None:
+    seen: dict[str, list[str]] = {}
+    for host in _hosts(inputs):
+        for name in inputs.hostvars.get(host, {}):
+            if name.startswith(PREFIX) and name not in FACT_NAMES and name[len(PREFIX):] not in VARIABLES:
+                seen.setdefault(name, []).append(host)
+    for name, hosts in sorted(seen.items()):
+        short = name[len(PREFIX):]
+        if short in _HINTS:
+            advice = _HINTS[short]
+        else:
+            close = difflib.get_close_matches(short, list(VARIABLES), n=1, cutoff=0.6)
+            advice = (f"did you mean {PREFIX}{close[0]}?" if close
+                      else "see roles/dgxspark_vllm/README.md for the variables")
+        problems.append(f"{name} (on {', '.join(hosts)}) is not a variable of dgxspark.vllm and would be ignored: "
+                        f"{advice}")
+
+
+def _check_same(inputs: Inputs, problems: list[str]) -> None:
+    hosts = _hosts(inputs)
+    for var in VARIABLES.values():
+        if var.scope != "cluster":
+            continue
+        name = PREFIX + var.name
+        values = [(host, inputs.hostvars.get(host, {}).get(name, _MISSING)) for host in hosts]
+        if len({repr(value) for _host, value in values}) > 1:
+            shown = "; ".join(f"{host}: {'(hidden)' if var.kind == 'secret' else _show(value)}"
+                              for host, value in values)
+            problems.append(f"{name} differs between hosts ({shown}): it is cluster-wide, so every rank must "
+                            "render the same value; set it once for the group spark_cluster "
+                            "(group_vars/spark_cluster.yml), not per host")
+
+
+def _cluster_value(inputs: Inputs, name: str) -> Any:
+    head = inputs.head[0] if inputs.head else (_hosts(inputs) or [None])[0]
+    return inputs.hostvars.get(head, {}).get(PREFIX + name, _MISSING) if head else _MISSING
+
+
+def _check_plain(name: str, var: Variable, value: Any, problems: list[str]) -> Any:
+    """The value of a variable that is not a render setting, checked; _MISSING when broken."""
+    full = PREFIX + name
+    if var.kind == "bool":
+        flag = _bool(value)
+        if flag is None:
+            problems.append(f"{full} must be true or false, got {value!r} (e.g. {_fix(full, var.example)})")
+            return _MISSING
+        return flag
+    if var.kind in ("str", "path", "secret"):
+        if not isinstance(value, str):
+            shown = "(hidden)" if var.kind == "secret" else repr(value)
+            problems.append(f"{full} must be a string, got {shown} (e.g. {_fix(full, var.example)})")
+            return _MISSING
+        if var.kind == "path" and not value.startswith("/"):
+            problems.append(f"{full} must be an absolute path, got {value!r} (e.g. {_fix(full, var.example)})")
+            return _MISSING
+        if var.kind != "secret" and not value.strip() and var.blank == "error":
+            problems.append(f"{full} is empty (e.g. {_fix(full, var.example)}); remove it to take the default")
+            return _MISSING
+        return value
+    if var.kind == "dict":
+        if not isinstance(value, Mapping):
+            problems.append(f"{full} must be a mapping, got {value!r} (e.g. {_fix(full, var.example)})")
+            return _MISSING
+        return dict(value)
+    return value
+
+
+@dataclass
+class _Resolved:
+    values: dict[str, Any]
+    sources: dict[str, str]
+
+
+def _profile(inputs: Inputs, problems: list[str]) -> Profile | None:
+    name = _cluster_value(inputs, "profile")
+    name = DEFAULT_PROFILE if name is _MISSING or name is None else name
+    user = _cluster_value(inputs, "profiles")
+    user = None if user is _MISSING else user
+    try:
+        profiles = build_profiles(inputs.builtin_profiles, user, TEMPLATE_KEYS)
+    except ProfileError as exc:
+        problems.extend(exc.problems)
+        return None
+    if not isinstance(name, str) or name not in profiles:
+        problems.append(f"dgxspark_vllm_profile {name!r} is not a profile; known: {', '.join(sorted(profiles))} "
+                        "(define your own in dgxspark_vllm_profiles)")
+        return None
+    return profiles[name]
+
+
+def _namer(sources: Mapping[str, str]) -> Any:
+    """Setting key -> the variable a user changes, as messages name it."""
+    explicit = {var.setting: PREFIX + var.name for var in VARIABLES.values() if var.setting}
+
+    def name(key: str) -> str:
+        source = sources.get(key, "")
+        if source == "dgxspark_vllm_settings":
+            return f"dgxspark_vllm_settings.{key}"
+        return explicit.get(key, f"dgxspark_vllm_settings.{key}")
+    return name
+
+
+def _examples() -> dict[str, str]:
+    return {var.setting: var.example for var in VARIABLES.values() if var.setting and var.example}
+
+
+def resolve(inputs: Inputs) -> dict[str, Any]:
+    """The configuration fact, or ConfigError with every problem."""
+    problems: list[str] = []
+    _check_groups(inputs, problems)
+    _check_names(inputs, problems)
+    _check_same(inputs, problems)
+    profile = _profile(inputs, problems)
+    if profile is None:
+        raise ConfigError(problems)
+
+    # profile < dgxspark_vllm_settings < explicit variables
+    values: dict[str, Any] = {}
+    sources: dict[str, str] = {}
+    for key in RENDER_KEYS + ("model_repo", "model_revision", "drafter_repo", "drafter_revision"):
+        if key in profile.settings:
+            values[key], sources[key] = plain(profile.settings[key]), f"profile {profile.name}"
+        else:
+            values[key], sources[key] = plain(UNSET_DEFAULTS.get(key)), "default"
+    user_settings = _cluster_value(inputs, "settings")
+    if user_settings is not _MISSING and user_settings is not None:
+        user_settings = _check_plain("settings", VARIABLES["settings"], user_settings, problems)
+        for key, value in (user_settings if isinstance(user_settings, dict) else {}).items():
+            if key not in RENDER_KEYS:
+                close = difflib.get_close_matches(str(key), list(RENDER_KEYS), n=1)
+                problems.append(f"dgxspark_vllm_settings.{key} is not a setting of the render"
+                                f"{'; did you mean ' + close[0] + '?' if close else ''} (known: "
+                                f"{', '.join(RENDER_KEYS)})")
+            elif value is not None:
+                values[key], sources[key] = value, "dgxspark_vllm_settings"
+    explicit: dict[str, Any] = {}
+    for var in VARIABLES.values():
+        if var.scope == "node":
+            continue
+        value = _cluster_value(inputs, var.name)
+        if value is _MISSING or value is None:
+            continue
+        if var.setting is None:
+            checked = _check_plain(var.name, var, value, problems)
+            if checked is not _MISSING:
+                explicit[var.name] = checked
+                sources[var.name] = PREFIX + var.name
+            continue
+        if var.kind != "setting":
+            value = _check_plain(var.name, var, value, problems)
+            if value is _MISSING:
+                continue
+        if isinstance(value, str) and not value.strip() and var.blank == "unset":
+            values[var.setting], sources[var.setting] = None, PREFIX + var.name
+            continue
+        values[var.setting], sources[var.setting] = value, PREFIX + var.name
+
+    name = _namer(sources)
+    name.sources = sources  # type: ignore[attr-defined]
+    _check_image(values["image"], name("image"), problems)
+    _check_repos(inputs, values, explicit, name, problems)
+    nodes = _nodes(inputs, problems)
+    render_settings = {key: values[key] for key in RENDER_KEYS}
+    settings_ok = _check_settings(profile, render_settings, name, problems)
+    if settings_ok and profile.launcher == "docker_run" and nodes is not None:
+        _check_render(profile, render_settings, nodes, name, problems)
+    if problems:
+        raise ConfigError(_with_examples(problems))
+
+    head = inputs.head[0]
+    launcher_kit = profile.launcher == "exl3_kit"
+    kit_user = explicit.get("kit_user") or inputs.ansible_user or "root"
+    sources.setdefault("kit_user", "the head's ansible_user" if inputs.ansible_user else "default")
+    home = "/root" if kit_user == "root" else f"/home/{kit_user}"
+    hf_home = explicit.get("hf_home") or (f"{home}/.cache/huggingface" if launcher_kit
+                                       else f"{values['cache_path']}/huggingface")
+    sources.setdefault("hf_home", "the kit user's home" if launcher_kit else "cache_path/huggingface")
+    config: dict[str, Any] = {
+        "profile": as_data(profile),
+        "profile_name": profile.name,
+        "launcher": profile.launcher,
+        "staging_layout": profile.staging_layout,
+        "lab": explicit.get("lab", False),
+        "accept_noncommercial_drafter": explicit.get("accept_noncommercial_drafter", False),
+        "kit_user": kit_user,
+        "hf_home": hf_home,
+        "staging_lock_path": explicit.get("staging_lock_path", "/run/dgxspark/staging.lock"),
+        "secure_logging": explicit.get("secure_logging", True),
+        "api_key_set": bool(explicit.get("api_key")),
+        "hf_token_set": bool(explicit.get("hf_token")),
+        "settings": {key: value for key, value in render_settings.items() if value is not None},
+        "head": head,
+        "workers": list(inputs.workers),
+        "nodes": nodes,
+        "head_cx7_ip": nodes[head]["cx7_ip"],
+    }
+    for key in ("image", "container_name", "model_repo", "model_revision", "drafter_repo", "drafter_revision",
+                "model_path", "cache_path", "served_model_name", "port", "master_port", "max_model_len",
+                "gpu_memory_utilization", "tensor_parallel_size", "kv_cache_memory_bytes"):
+        config[key] = values[key]
+    config["cx7_subnet"] = values["cx7_subnet"] or ""
+    for key in ("lab", "accept_noncommercial_drafter", "staging_lock_path", "secure_logging", "profile"):
+        sources.setdefault(key, "default")
+    sources["profile"] = sources.get("profile") if "profile" in explicit else "default"
+    config["sources"] = {key: sources[key] for key in sorted(sources)}
+    return config
+
+
+def _check_image(image: Any, where: str, problems: list[str]) -> None:
+    if not isinstance(image, str) or not image:
+        return   # the settings check names it
+    match = _IMAGE.match(image)
+    if not match:
+        problems.append(f"{where} {image!r} is not an image reference (e.g. "
+                        "dgxspark_vllm_image: ghcr.io/tonyd2wild/vllm-glm53-flash:sm121-v8)")
+    elif not match.group("tag") and not match.group("digest"):
+        problems.append(f"{where} {image!r} has no tag or digest: Docker would pull whatever :latest is that day "
+                        "and the nodes could run different builds. Name a tag or pin a digest (e.g. "
+                        "dgxspark_vllm_image: ghcr.io/tonyd2wild/vllm-glm53-flash:sm121-v8, or "
+                        "...vllm-glm53-flash@sha256:<digest>)")
+
+
+def _check_repos(inputs: Inputs, values: Mapping[str, Any], explicit: Mapping[str, Any], name: Any,
+                 problems: list[str]) -> None:
+    for key in ("model_repo", "drafter_repo"):
+        repo = values.get(key)
+        if key == "drafter_repo" and repo in ("", None):
+            continue
+        if not isinstance(repo, str) or not _REPO.match(repo):
+            problems.append(f"{name(key)} must be a hub repository id org/name, got {repo!r} "
+                            f"(e.g. {_fix(PREFIX + key, VARIABLES[key].example)})")
+            continue
+        reason = _manifest.denylist_reason(repo)
+        if reason and not inputs.allow_denylisted:
+            problems.append(f"{name(key)} {repo} is refused: {reason} (e.g. "
+                            "dgxspark_vllm_model_repo: RedHatAI/GLM-5.3-Flash-NVFP4); or set "
+                            "checkpoint_allow_denylisted: true to stage it anyway")
+    drafter = values.get("drafter_repo")
+    if isinstance(drafter, str) and drafter:
+        try:
+            _kit.drafter_guard(drafter, bool(explicit.get("accept_noncommercial_drafter", False)))
+        except _kit.KitError as exc:
+            problems.append(f"{exc} (e.g. dgxspark_vllm_accept_noncommercial_drafter: true, or "
+                            'dgxspark_vllm_drafter_repo: "")')
+
+
+def _nodes(inputs: Inputs, problems: list[str]) -> dict[str, dict[str, Any]] | None:
+    nodes: dict[str, dict[str, Any]] = {}
+    count = len(problems)
+    for rank, host in enumerate(_hosts(inputs)):
+        hostvars = inputs.hostvars.get(host, {})
+        cx7_ip = hostvars.get(PREFIX + "cx7_ip", _MISSING)
+        if cx7_ip is _MISSING or cx7_ip in (None, ""):
+            problems.append(f"dgxspark_vllm_cx7_ip is not set for {host}: give every host its address on the CX7 "
+                            f"link in the inventory (e.g. {host}: {{dgxspark_vllm_cx7_ip: 192.168.100.1{rank + 1}}})")
+            continue
+        entry: dict[str, Any] = {"cx7_ip": cx7_ip, "head": host in inputs.head, "rank": rank}
+        for key in ("cx7_iface", "ib_hca", "gid_index"):
+            value = hostvars.get(PREFIX + key, _MISSING)
+            unset = value is _MISSING or value is None or value == ""
+            # unset: detected on the node later ("" for the names, None for the GID index)
+            entry[key] = (None if key == "gid_index" else "") if unset else value
+        nodes[host] = entry
+    return nodes if len(problems) == count else None
+
+
+def _check_settings(profile: Profile, settings: dict[str, Any], name: Any, problems: list[str]) -> bool:
+    if profile.launcher == "docker_run":
+        try:
+            resolve_settings(profile, settings, name)
+        except SpecError as exc:
+            problems.extend(_examples_for(exc, name))
+            return False
+        return True
+    count = len(problems)   # the kit decides its own flags: check what the collection passes to it
+    for key in ("image", "container_name", "served_model_name", "port", "max_model_len", "gpu_memory_utilization"):
+        check, optional = _SETTING_CHECKS.get(key, (None, True))
+        if settings.get(key) is None and (optional or key in ("max_model_len", "gpu_memory_utilization")):
+            continue   # unset: the kit's own default
+        if check is None:   # gpu_memory_utilization: the same limit as the render's
+            allow = settings.get("allow_high_gpu_memory_utilization") is True
+            check = lambda where, value, allow=allow: _gpu_memory_utilization(value, allow, name)  # noqa: E731
+        try:
+            check(name(key), settings.get(key))
+        except SpecError as exc:
+            problems.extend(_examples_for(exc, name, key))
+    return len(problems) == count
+
+
+def _examples_for(exc: SpecError, name: Any, key: str | None = None) -> list[str]:
+    examples = _examples()
+    out = []
+    for problem, problem_key in zip(exc.problems, exc.keys if key is None else [key] * len(exc.problems)):
+        example = examples.get(problem_key or "")
+        if example and "e.g." not in problem:
+            problem = f"{problem} (e.g. {name(problem_key)}: {example})"
+        source = getattr(name, "sources", {}).get(problem_key or "", "")
+        if source.startswith("profile "):
+            problem = f"{problem} [the value comes from {source}; set {name(problem_key)} to override it]"
+        out.append(problem)
+    return out
+
+
+def _check_render(profile: Profile, settings: dict[str, Any], nodes: Mapping[str, Mapping[str, Any]], name: Any,
+                  problems: list[str]) -> None:
+    described = [{"name": host, "cx7_ip": entry["cx7_ip"], "head": entry["head"],
+                  **{key: entry[key] for key in ("cx7_iface", "ib_hca", "gid_index") if entry[key] not in (None, "")}}
+                 for host, entry in nodes.items()]
+
+    def node_field(host: str, key: str) -> str:
+        return f"dgxspark_vllm_{key} of {host}"
+    try:
+        render_cluster(profile, described, settings, None, name, node_field, pending_identity=True)
+    except SpecError as exc:
+        problems.extend(_examples_for(exc, name))
+
+
+def _with_examples(problems: list[str]) -> list[str]:
+    return list(dict.fromkeys(problems))
+
+
+def describe_sources(config: Mapping[str, Any]) -> list[str]:
+    """One line per setting: its value and where it came from (shown with -v)."""
+    lines = []
+    sources = config.get("sources", {})
+    values = dict(config.get("settings", {}))
+    values.update({key: config[key] for key in config if key not in ("settings", "sources", "profile", "nodes")})
+    values["profile"] = config.get("profile_name")
+    for key in sorted(sources):
+        shown = "(hidden)" if VARIABLES.get(key, Variable(key)).kind == "secret" else repr(values.get(key))
+        lines.append(f"{key} = {shown} ({sources[key]})")
+    return lines
