@@ -1,0 +1,117 @@
+# Copyright: Contributors to the dgxspark.vllm collection
+# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
+"""The config step as ansible-playbook runs it: inventory (group_vars, host_vars), play vars and extra vars read,
+the fact published on every host, every problem listed, no node contacted (the hosts do not exist)."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+ROOT = Path(__file__).resolve().parents[4]
+HOSTS = {"spark_cluster": {"children": {
+    "spark_head": {"hosts": {"spark-a": {"dgxspark_vllm_cx7_ip": "192.168.100.11"}}},
+    "spark_workers": {"hosts": {"spark-b": {"dgxspark_vllm_cx7_ip": "192.168.100.12"}}},
+}}}
+# An address nothing answers on: a task that tried to reach a node would fail the run.
+GROUP = {"ansible_host": "192.0.2.1", "ansible_user": "spark", "dgxspark_vllm_profile": "lab_cpu",
+         "dgxspark_vllm_cx7_subnet": "192.168.100.0/24", "dgxspark_vllm_api_key": "k-not-in-the-fact"}
+PLAYBOOK = """
+- hosts: spark_cluster
+  gather_facts: false
+  vars: {play_vars}
+  roles:
+    - role: dgxspark.vllm.dgxspark_vllm
+  tasks:
+    - name: Write the fact as each host sees it
+      ansible.builtin.copy:
+        content: "{{{{ dgxspark_vllm_config | to_json }}}}"
+        dest: "{out}/{{{{ inventory_hostname }}}}.json"
+        mode: "0600"
+      delegate_to: localhost
+"""
+
+
+def run(tmp_path: Path, group: dict[str, Any] | None = None, host_vars: dict[str, Any] | None = None,
+        play_vars: dict[str, Any] | None = None, extra: dict[str, Any] | None = None,
+        verbosity: str = "") -> subprocess.CompletedProcess[str]:
+    inventory = tmp_path / "inventory"
+    (inventory / "group_vars").mkdir(parents=True, exist_ok=True)
+    (inventory / "host_vars").mkdir(exist_ok=True)
+    (inventory / "hosts.yml").write_text(yaml.safe_dump(HOSTS))
+    (inventory / "group_vars" / "spark_cluster.yml").write_text(yaml.safe_dump(dict(GROUP, **(group or {}))))
+    for host, values in (host_vars or {}).items():
+        (inventory / "host_vars" / f"{host}.yml").write_text(yaml.safe_dump(values))
+    out = tmp_path / "out"
+    out.mkdir(exist_ok=True)
+    playbook = tmp_path / "play.yml"
+    playbook.write_text(PLAYBOOK.format(play_vars=json.dumps(play_vars or {}), out=out))
+    argv = [os.path.join(os.path.dirname(sys.executable), "ansible-playbook"), "-i", str(inventory), str(playbook)]
+    if extra:
+        argv += ["-e", json.dumps(extra)]
+    if verbosity:
+        argv.append(verbosity)
+    env = dict(os.environ, ANSIBLE_CONFIG=str(ROOT / "ansible.cfg"), ANSIBLE_NOCOLOR="1",
+               ANSIBLE_LOCAL_TEMP=str(tmp_path / "tmp"), ANSIBLE_CONNECTION="local")
+    return subprocess.run(argv, cwd=ROOT, env=env, capture_output=True, text=True, timeout=120, check=False)
+
+
+def facts(tmp_path: Path) -> dict[str, Any]:
+    return {host: json.loads((tmp_path / "out" / f"{host}.json").read_text()) for host in ("spark-a", "spark-b")}
+
+
+def test_the_fact_is_resolved_once_and_set_on_every_host(tmp_path: Path) -> None:
+    result = run(tmp_path, group={"dgxspark_vllm_settings": {"max_model_len": 2048}},
+                 host_vars={"spark-b": {"dgxspark_vllm_cx7_iface": "enP2p1s0f1np1"}}, verbosity="-v")
+    assert result.returncode == 0, result.stdout + result.stderr
+    seen = facts(tmp_path)
+    assert seen["spark-a"] == seen["spark-b"]
+    config = seen["spark-a"]
+    assert config["image"] == "ghcr.io/dgxspark-lab/vllm-openai-cpu:v0.32.0"     # the profile's
+    assert config["settings"]["max_model_len"] == 2048                          # dgxspark_vllm_settings
+    assert config["nodes"]["spark-b"]["cx7_iface"] == "enP2p1s0f1np1"            # host_vars
+    assert config["kit_user"] == "spark"
+    assert "k-not-in-the-fact" not in result.stdout + json.dumps(seen)
+    # -v shows where each value came from
+    assert "max_model_len = 2048 (dgxspark_vllm_settings)" in result.stdout
+    assert "image = 'ghcr.io/dgxspark-lab/vllm-openai-cpu:v0.32.0' (profile lab_cpu)" in result.stdout
+
+
+def test_play_vars_and_extra_vars_count_for_every_host(tmp_path: Path) -> None:
+    result = run(tmp_path, play_vars={"dgxspark_vllm_served_model_name": "from-the-play"},
+                 extra={"dgxspark_vllm_port": 8123})
+    assert result.returncode == 0, result.stdout + result.stderr
+    for config in facts(tmp_path).values():
+        assert (config["served_model_name"], config["port"]) == ("from-the-play", 8123)
+
+
+def test_a_broken_inventory_lists_every_problem_and_runs_nothing_else(tmp_path: Path) -> None:
+    result = run(tmp_path, group={"dgxspark_vllm_image": "ghcr.io/org/untagged", "dgxspark_vllm_node_rank": 1,
+                                  "dgxspark_vllm_served_model_name": ""},
+                 host_vars={"spark-a": {"dgxspark_vllm_master_port": 29600}})
+    assert result.returncode != 0
+    text = result.stdout
+    assert "the inventory has 4 problem(s); nothing was started, pulled or downloaded" in text, text
+    for expected in ("dgxspark_vllm_node_rank (on spark-a, spark-b) is not a variable",
+                     "dgxspark_vllm_master_port differs between hosts (spark-a: 29600; spark-b: not set)",
+                     "'ghcr.io/org/untagged' has no tag or digest",
+                     "dgxspark_vllm_served_model_name must be a non-empty string"):
+        assert expected in text, expected
+    assert not (tmp_path / "out" / "spark-a.json").exists()   # the play stopped at the check
+
+
+@pytest.mark.parametrize("profile", [
+    {"tiny_alias": {"extends": "lab_cpu", "settings": {"served_model_name": "tiny-alias"}}},
+])
+def test_a_profile_from_the_inventory(tmp_path: Path, profile: dict[str, Any]) -> None:
+    result = run(tmp_path, group={"dgxspark_vllm_profiles": profile, "dgxspark_vllm_profile": "tiny_alias"})
+    assert result.returncode == 0, result.stdout + result.stderr
+    config = facts(tmp_path)["spark-a"]
+    assert config["profile_name"] == "tiny_alias" and config["served_model_name"] == "tiny-alias"
+    assert config["profile"]["source"] == "inventory (dgxspark_vllm_profiles)"

@@ -1,0 +1,291 @@
+# Copyright: Contributors to the dgxspark.vllm collection
+# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
+"""The configuration step: precedence, provenance, every check of the whole inventory, user profiles."""
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+import pytest
+
+from ansible_collections.dgxspark.vllm.plugins.module_utils._config import (
+    VARIABLES,
+    ConfigError,
+    Inputs,
+    describe_sources,
+    resolve,
+)
+from ansible_collections.dgxspark.vllm.plugins.module_utils._profiles import ProfileError, as_data, build_profiles
+from ansible_collections.dgxspark.vllm.plugins.module_utils._serve_spec import TEMPLATE_KEYS, render_spec
+from ansible_collections.dgxspark.vllm.plugins.plugin_utils._profile_files import builtin_profile_data
+
+BUILTIN = builtin_profile_data()
+HEAD, WORKER = "spark-a", "spark-b"
+
+
+def group(**cluster: Any) -> dict[str, Any]:
+    """Group vars every host shares, as dgxspark_vllm_<name> (the example inventory's shape)."""
+    values = {"cx7_subnet": "192.168.100.0/24"}
+    values.update(cluster)
+    return {f"dgxspark_vllm_{key}": value for key, value in values.items()}
+
+
+def inputs(cluster: dict[str, Any] | None = None, head: dict[str, Any] | None = None,
+           worker: dict[str, Any] | None = None, **kwargs: Any) -> Inputs:
+    shared = group(**(cluster or {}))
+    hostvars = {
+        HEAD: dict(shared, dgxspark_vllm_cx7_ip="192.168.100.11", **(head or {})),
+        WORKER: dict(shared, dgxspark_vllm_cx7_ip="192.168.100.12", **(worker or {})),
+    }
+    return Inputs(hostvars=hostvars, head=[HEAD], workers=[WORKER], builtin_profiles=BUILTIN,
+                  ansible_user=kwargs.pop("ansible_user", "spark"), **kwargs)
+
+
+def problems(given: Inputs) -> list[str]:
+    with pytest.raises(ConfigError) as failure:
+        resolve(given)
+    return failure.value.problems
+
+
+# --------------------------------------------------------------------------- precedence and provenance
+
+
+def test_the_recipes_values_come_from_the_profile() -> None:
+    config = resolve(inputs())
+    assert config["profile_name"] == "glm53_flash_nvfp4" and config["launcher"] == "docker_run"
+    assert config["image"] == "ghcr.io/tonyd2wild/vllm-glm53-flash:sm121-v8"
+    assert (config["port"], config["master_port"], config["served_model_name"]) == (8000, 29521, "glm-5.3-flash")
+    assert config["model_repo"] == "RedHatAI/GLM-5.3-Flash-NVFP4"
+    assert config["settings"]["max_model_len"] == 262144
+    assert config["sources"]["port"] == "profile glm53_flash_nvfp4"
+    assert config["sources"]["cx7_subnet"] == "dgxspark_vllm_cx7_subnet"
+    assert config["hf_home"] == "/var/tmp/cache/huggingface"
+    assert config["staging_lock_path"] == "/run/dgxspark/staging.lock"
+    assert config["nodes"][HEAD] == {"cx7_ip": "192.168.100.11", "head": True, "rank": 0, "cx7_iface": "",
+                                     "ib_hca": "", "gid_index": None}
+    assert config["nodes"][WORKER]["rank"] == 1 and config["head_cx7_ip"] == "192.168.100.11"
+
+
+@pytest.mark.parametrize("settings, explicit, value, source", [
+    ({}, {}, 0.85, "profile glm53_flash_nvfp4"),
+    ({"gpu_memory_utilization": 0.8}, {}, 0.8, "dgxspark_vllm_settings"),
+    ({"gpu_memory_utilization": 0.8}, {"gpu_memory_utilization": 0.75}, 0.75, "dgxspark_vllm_gpu_memory_utilization"),
+    ({}, {"gpu_memory_utilization": 0.7}, 0.7, "dgxspark_vllm_gpu_memory_utilization"),
+])
+def test_profile_then_settings_then_the_variable(settings: dict[str, Any], explicit: dict[str, Any], value: float,
+                                                  source: str) -> None:
+    config = resolve(inputs(dict(explicit, settings=settings)))
+    assert config["settings"]["gpu_memory_utilization"] == value
+    assert config["sources"]["gpu_memory_utilization"] == source
+    assert f"gpu_memory_utilization = {value!r} ({source})" in describe_sources(config)
+
+
+def test_a_null_variable_keeps_the_profiles_value() -> None:
+    config = resolve(inputs({"port": None, "max_model_len": None}))
+    assert config["port"] == 8000 and config["settings"]["max_model_len"] == 262144
+
+
+def test_secrets_never_enter_the_fact() -> None:
+    config = resolve(inputs({"api_key": "k-123-secret", "hf_token": "hf_secret"}))
+    assert "k-123-secret" not in repr(config) and "hf_secret" not in repr(config)
+    assert config["api_key_set"] is True and config["hf_token_set"] is True
+    assert "k-123-secret" not in "\n".join(describe_sources(config))
+    assert "api_key = (hidden) (dgxspark_vllm_api_key)" in describe_sources(config)
+
+
+def test_the_exl3_profile_stages_in_the_hub_cache_of_the_kit_user() -> None:
+    config = resolve(inputs({"profile": "glm53_flash_exl3", "accept_noncommercial_drafter": True}))
+    assert config["launcher"] == "exl3_kit" and config["staging_layout"] == "hf_cache"
+    assert config["port"] == 8888 and config["served_model_name"] == "GLM-5.3-Flash-EXL3"
+    assert config["drafter_repo"] == "incoai/GLM-5.3-Flash-DFlash2"
+    assert config["kit_user"] == "spark" and config["hf_home"] == "/home/spark/.cache/huggingface"
+    assert config["max_model_len"] is None   # the kit's own default (850000)
+    root = resolve(inputs({"profile": "glm53_flash_exl3", "accept_noncommercial_drafter": True}, ansible_user=None))
+    assert root["kit_user"] == "root" and root["hf_home"] == "/root/.cache/huggingface"
+
+
+def test_per_node_network_identity_may_differ() -> None:
+    config = resolve(inputs(head={"dgxspark_vllm_cx7_iface": "enp1s0f1np1", "dgxspark_vllm_gid_index": 3},
+                            worker={"dgxspark_vllm_cx7_iface": "enP2p1s0f1np1", "dgxspark_vllm_gid_index": 5}))
+    assert config["nodes"][HEAD]["cx7_iface"] == "enp1s0f1np1"
+    assert config["nodes"][WORKER]["gid_index"] == 5
+
+
+# --------------------------------------------------------------------------- the whole inventory, checked first
+
+
+def test_every_problem_is_listed_at_once() -> None:
+    found = problems(inputs(
+        {"image": "ghcr.io/org/image", "served_model_name": "", "gpu_memory_utilization": 0.87,
+         "model_repo": "LibertAIDAI/GLM-5.3-Flash-NVFP4", "node_rank": 0, "port": "http"},
+        head={"dgxspark_vllm_master_port": 29522, "dgxspark_vllm_master_addr": "192.168.100.11"}))
+    text = "\n".join(found)
+    assert len(found) >= 7, text
+    assert "dgxspark_vllm_node_rank (on spark-a, spark-b) is not a variable" in text and "spark_head is rank 0" in text
+    assert "dgxspark_vllm_master_addr (on spark-a)" in text and "cx7_ip is the master address" in text
+    assert "dgxspark_vllm_master_port differs between hosts (spark-a: 29522; spark-b: not set)" in text
+    assert "dgxspark_vllm_image 'ghcr.io/org/image' has no tag or digest" in text
+    assert "dgxspark_vllm_served_model_name must be a non-empty string, got ''" in text
+    assert "dgxspark_vllm_gpu_memory_utilization is 0.87, above 0.85" in text
+    assert "set dgxspark_vllm_allow_high_gpu_memory_utilization: true" in text
+    assert "dgxspark_vllm_model_repo LibertAIDAI/GLM-5.3-Flash-NVFP4 is refused" in text
+    assert "dgxspark_vllm_port must be an integer, got 'http' (e.g. dgxspark_vllm_port: 8000)" in text
+
+
+@pytest.mark.parametrize("cluster, message", [
+    ({"mastr_port": 1}, r"dgxspark_vllm_mastr_port \(on spark-a, spark-b\) is not a variable of dgxspark\.vllm and "
+                        r"would be ignored: did you mean dgxspark_vllm_master_port\?"),
+    ({"served_model": "x"}, r"did you mean dgxspark_vllm_served_model_name\?"),
+    ({"image": "ghcr.io/org/image:"}, r"is not an image reference"),
+    ({"image": "ghcr.io/org/image@sha256:abc"}, r"is not an image reference"),
+    ({"model_repo": "just-a-name"}, r"dgxspark_vllm_model_repo must be a hub repository id org/name"),
+    ({"drafter_repo": "incoai/GLM-5.3-Flash-DFlash2"}, r"CC BY-NC-ND.*dgxspark_vllm_accept_noncommercial_drafter: true"),
+    ({"lab": "maybe"}, r"dgxspark_vllm_lab must be true or false, got 'maybe'"),
+    ({"staging_lock_path": "run/lock"}, r"dgxspark_vllm_staging_lock_path must be an absolute path"),
+    ({"settings": ["x"]}, r"dgxspark_vllm_settings must be a mapping"),
+    ({"settings": {"max_model_length": 5}}, r"dgxspark_vllm_settings\.max_model_length is not a setting of the render; "
+                                            r"did you mean max_model_len\?"),
+    ({"settings": {"port": 29521}}, r"dgxspark_vllm_settings\.port and dgxspark_vllm_master_port are both 29521"),
+    ({"tensor_parallel_size": 4}, r"dgxspark_vllm_tensor_parallel_size x pipeline_parallel_size = 4 x 1 must equal "
+                                  r"nodes x gpus_per_node = 2 x 1 = 2"),
+    ({"cx7_subnet": "10.0.0.0/24"}, r"the cx7_ip of spark-a, 192\.168\.100\.11, is outside dgxspark_vllm_cx7_subnet"),
+    ({"profile": "glm53"}, r"dgxspark_vllm_profile 'glm53' is not a profile; known: glm53_flash_exl3, glm53_flash_nvfp4"),
+    ({"api_key": 12}, r"dgxspark_vllm_api_key must be a string, got \(hidden\)"),
+    ({"settings": {"extra_args": ["--headless"]}}, r"must not contain --headless"),
+])
+def test_each_problem_names_the_variable_and_the_fix(cluster: dict[str, Any], message: str) -> None:
+    assert any(__import__("re").search(message, problem) for problem in problems(inputs(cluster))), \
+        problems(inputs(cluster))
+
+
+def test_a_value_from_the_profile_says_which_variable_overrides_it() -> None:
+    found = problems(inputs({"profiles": {"mine": {"extends": "glm53_flash_nvfp4",
+                                                   "settings": {"gpu_memory_utilization": 0.9}}},
+                             "profile": "mine"}))
+    assert any("the value comes from profile mine; set dgxspark_vllm_gpu_memory_utilization to override it" in item
+               for item in found), found
+
+
+def test_the_allow_flag_lifts_the_memory_limit() -> None:
+    config = resolve(inputs({"gpu_memory_utilization": 0.9, "allow_high_gpu_memory_utilization": True}))
+    assert config["settings"]["gpu_memory_utilization"] == 0.9
+
+
+def test_an_empty_secret_or_drafter_is_fine_and_an_empty_subnet_is_unset() -> None:
+    config = resolve(inputs({"api_key": "", "drafter_repo": "", "cx7_subnet": "", "profile": "lab_cpu"}))
+    assert config["api_key_set"] is False and config["drafter_repo"] == "" and config["cx7_subnet"] == ""
+
+
+def test_the_render_needs_what_its_templates_use() -> None:
+    assert problems(inputs({"cx7_subnet": ""})) == [
+        "profile glm53_flash_nvfp4 needs cx7_subnet for NCCL_IB_ADDR_RANGE on node spark-a: set "
+        "dgxspark_vllm_cx7_subnet (or drop NCCL_IB_ADDR_RANGE with dgxspark_vllm_settings.remove_env)"]
+
+
+def test_the_denylist_can_be_overridden_where_the_checkpoint_role_allows_it() -> None:
+    config = resolve(inputs({"model_repo": "LibertAIDAI/GLM-5.3-Flash-NVFP4"}, allow_denylisted=True))
+    assert config["model_repo"] == "LibertAIDAI/GLM-5.3-Flash-NVFP4"
+
+
+def test_a_digest_pins_the_image() -> None:
+    digest = "ghcr.io/tonyd2wild/vllm-glm53-flash@sha256:" + "a" * 64
+    assert resolve(inputs({"image": digest}))["image"] == digest
+    assert resolve(inputs({"image": "localhost:5000/vllm:1"}))["image"] == "localhost:5000/vllm:1"
+
+
+@pytest.mark.parametrize("head, workers, message", [
+    ([], [WORKER], r"spark_head must hold exactly one host"),
+    ([HEAD, WORKER], [], r"spark_workers holds no host"),
+    ([HEAD], [HEAD, WORKER], r"spark-a is in both spark_head and spark_workers"),
+])
+def test_the_groups(head: list[str], workers: list[str], message: str) -> None:
+    given = inputs()
+    broken = Inputs(hostvars=given.hostvars, head=head, workers=workers, builtin_profiles=BUILTIN)
+    assert any(__import__("re").search(message, item) for item in problems(broken))
+
+
+def test_every_host_needs_its_cx7_ip() -> None:
+    given = inputs()
+    hostvars = copy.deepcopy(dict(given.hostvars))
+    del hostvars[WORKER]["dgxspark_vllm_cx7_ip"]
+    found = problems(Inputs(hostvars=hostvars, head=[HEAD], workers=[WORKER], builtin_profiles=BUILTIN))
+    assert found == ["dgxspark_vllm_cx7_ip is not set for spark-b: give every host its address on the CX7 link in "
+                     "the inventory (e.g. spark-b: {dgxspark_vllm_cx7_ip: 192.168.100.12})"]
+
+
+def test_a_bad_per_node_value_names_the_host() -> None:
+    found = problems(inputs(worker={"dgxspark_vllm_gid_index": "three"}))
+    assert any("dgxspark_vllm_gid_index of spark-b must be an integer, got 'three'" in item for item in found), found
+
+
+def test_the_facts_the_collection_sets_are_not_unknown_variables() -> None:
+    config = resolve(inputs(head={"dgxspark_vllm_detected_cx7_iface": "eth1", "dgxspark_vllm_config": {}}))
+    assert config["head"] == HEAD
+
+
+def test_every_variable_has_an_example() -> None:
+    assert all(var.example for var in VARIABLES.values())
+
+
+# --------------------------------------------------------------------------- profiles as data
+
+
+def test_the_builtin_profiles_render_the_recipe() -> None:
+    profiles = build_profiles(BUILTIN, None, TEMPLATE_KEYS)
+    assert set(profiles) == {"glm53_flash_nvfp4", "glm53_flash_exl3", "lab_cpu"}
+    lab = profiles["lab_cpu"]
+    assert lab.gpus is None and lab.devices == () and "--moe-backend" not in dict(lab.args)
+    assert dict(lab.env)["NCCL_IB_DISABLE"] == "1" and "NCCL_NET" not in dict(lab.env)
+    # an overridden env keeps its place in the docker run order; a new one is appended
+    names = [name for name, _value in lab.env]
+    assert names.index("NCCL_IB_DISABLE") < names.index("NCCL_IB_HCA") and names[-1] == "TORCHINDUCTOR_CACHE_DIR"
+
+
+def test_a_user_profile_serves_another_name_without_editing_python() -> None:
+    user = {"tiny_alias": {"extends": "lab_cpu", "description": "the tiny model under another name",
+                           "settings": {"served_model_name": "tiny-alias", "max_model_len": 2048},
+                           "env": {"VLLM_LOGGING_LEVEL": "INFO"}, "args": [{"--max-num-seqs": "4"}]}}
+    config = resolve(inputs({"profiles": user, "profile": "tiny_alias"}))
+    assert config["served_model_name"] == "tiny-alias" and config["sources"]["served_model_name"] == "profile tiny_alias"
+    assert config["profile"]["source"] == "inventory (dgxspark_vllm_profiles)"
+    from ansible_collections.dgxspark.vllm.plugins.module_utils._serve_spec import profile_from_data
+
+    nodes = [{"name": HEAD, "cx7_ip": "192.168.100.11", "head": True, "cx7_iface": "eth1"},
+             {"name": WORKER, "cx7_ip": "192.168.100.12", "cx7_iface": "eth1"}]
+    spec = render_spec(profile_from_data(config["profile"]), nodes, WORKER, config["settings"])
+    command = spec.container["command"]
+    assert command[command.index("--served-model-name") + 1] == "tiny-alias"
+    assert command[command.index("--max-num-seqs") + 1] == "4"
+    assert command[command.index("--max-model-len") + 1] == "2048"
+    assert spec.container["env"]["VLLM_LOGGING_LEVEL"] == "INFO" and command[-1] == "--headless"
+    assert spec.container["labels"]["dgxspark.vllm.profile"] == "tiny_alias"
+
+
+def test_as_data_round_trips() -> None:
+    from ansible_collections.dgxspark.vllm.plugins.module_utils._profiles import from_data
+
+    for profile in build_profiles(BUILTIN, None, TEMPLATE_KEYS).values():
+        again = from_data(as_data(profile), TEMPLATE_KEYS)
+        assert (again.env, again.args, again.settings, again.volumes, again.launcher) == \
+            (profile.env, profile.args, dict(profile.settings), profile.volumes, profile.launcher)
+
+
+@pytest.mark.parametrize("user, message", [
+    ({"lab_cpu": {"extends": "lab_cpu"}}, r"lab_cpu is a built-in profile; give yours another name"),
+    ({"a": {"extends": "b"}, "b": {"extends": "a"}}, r"extends forms a loop"),
+    ({"a": {"extends": "nope"}}, r"profile a: extends 'nope', which is not a profile"),
+    ({"a": {"launcher": "podman"}}, r"profile a: launcher must be one of docker_run, exl3_kit"),
+    ({"a": {"extends": "lab_cpu", "settings": {"modle_path": "/m"}}}, r"settings\.modle_path is not a setting"),
+    ({"a": {"extends": "lab_cpu", "env": {"X": "{hostip}"}}}, r"uses unknown placeholder \{hostip\}"),
+    ({"a": {"extends": "lab_cpu", "args": ["--headless"]}}, r"--headless is added on every worker"),
+    ({"a": {"extends": "lab_cpu", "args": [{"--x": True}]}}, r"the value of --x must be a string"),
+    ({"a": {"extends": "lab_cpu", "container": {"gpus": 2}}}, r"container\.gpus must be all or null"),
+    ({"a": {"extends": "lab_cpu", "colour": "red"}}, r"profile a has unknown key\(s\) colour"),
+    ({"a": {"launcher": "docker_run"}}, r"a docker_run profile needs args"),
+    ({"a b": {}}, r"'a b' is not a profile name"),
+])
+def test_a_broken_user_profile_is_refused_with_its_key(user: dict[str, Any], message: str) -> None:
+    with pytest.raises(ProfileError) as failure:
+        build_profiles(BUILTIN, user, TEMPLATE_KEYS)
+    assert any(__import__("re").search(message, item) for item in failure.value.problems), failure.value.problems
+    assert any(__import__("re").search(message, item) for item in problems(inputs({"profiles": user})))
