@@ -289,3 +289,42 @@ def test_a_broken_user_profile_is_refused_with_its_key(user: dict[str, Any], mes
         build_profiles(BUILTIN, user, TEMPLATE_KEYS)
     assert any(__import__("re").search(message, item) for item in failure.value.problems), failure.value.problems
     assert any(__import__("re").search(message, item) for item in problems(inputs({"profiles": user})))
+
+
+# --------------------------------------------------------------------------- the example inventory
+
+
+def _example_hostvars() -> tuple[dict[str, dict[str, Any]], str]:
+    import yaml
+    from pathlib import Path
+
+    folder = Path(__file__).resolve().parents[4] / "inventories" / "example"
+    group = yaml.safe_load((folder / "group_vars" / "spark_cluster.yml").read_text(encoding="utf-8"))
+    hosts = yaml.safe_load((folder / "hosts.yml").read_text(encoding="utf-8"))["spark_cluster"]["children"]
+    hostvars = {}
+    for name in ("spark_head", "spark_workers"):
+        for host, values in hosts[name]["hosts"].items():
+            hostvars[host] = {key: value for key, value in {**group, **values}.items() if key.startswith("dgxspark_vllm_")}
+    return hostvars, group["ansible_user"]
+
+
+@pytest.mark.parametrize("profile, served, repo", [
+    ("glm53_flash_nvfp4", "glm-5.3-flash", "RedHatAI/GLM-5.3-Flash-NVFP4"),
+    ("qwen3_coder_nvfp4", "qwen3-coder", "RedHatAI/Qwen3-Coder-30B-A3B-Instruct-NVFP4"),
+])
+def test_the_example_inventory_switches_models_with_one_variable(profile: str, served: str, repo: str) -> None:
+    hostvars, user = _example_hostvars()
+    for values in hostvars.values():
+        values["dgxspark_vllm_profile"] = profile
+    config = resolve(Inputs(hostvars, ["spark-a"], ["spark-b"], BUILTIN, user))
+    assert (config["served_model_name"], config["model_repo"]) == (served, repo)
+    from ansible_collections.dgxspark.vllm.plugins.module_utils._serve_spec import profile_from_data
+
+    nodes = [{"name": "spark-a", "cx7_ip": "198.51.100.1", "head": True, "cx7_iface": "enp1s0f1np1",
+              "ib_hca": "rocep1s0f1", "gid_index": 3},
+             {"name": "spark-b", "cx7_ip": "198.51.100.2", "cx7_iface": "enP2p1s0f1np1", "ib_hca": "roceP2p1s0f1",
+              "gid_index": 3}]
+    command = render_spec(profile_from_data(config["profile"]), nodes, "spark-a", config["settings"]).container["command"]
+    assert ("--reasoning-parser" in command) is (profile == "glm53_flash_nvfp4")
+    assert ("--speculative-config" in command) is (profile == "glm53_flash_nvfp4")
+    assert command[command.index("--served-model-name") + 1] == served
