@@ -28,8 +28,9 @@ ensure_host_docker() {
   fi
 }
 
-# The controller's virtualenv, built from requirements/dev.txt and keyed by its hash.
-venv_path() { echo "$CACHE/venv-$(sha256sum "$ROOT/requirements/dev.txt" | cut -c1-12)"; }
+# The controller's virtualenv, built from requirements/dev.txt and keyed by the hash of it and of the
+# requirements file it includes (controller.txt), so a change in either builds a new one.
+venv_path() { echo "$CACHE/venv-$(cat "$ROOT/requirements/dev.txt" "$ROOT/requirements/controller.txt" | sha256sum | cut -c1-12)"; }
 ensure_venv() {
   local v; v=$(venv_path)
   [ -x "$v/bin/molecule" ] && [ -f "$v/.complete" ] && return 0

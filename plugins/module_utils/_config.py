@@ -342,8 +342,8 @@ def resolve(inputs: Inputs) -> dict[str, Any]:
     kit_user = explicit.get("kit_user") or inputs.ansible_user or "root"
     sources.setdefault("kit_user", "the head's ansible_user" if inputs.ansible_user else "default")
     home = "/root" if kit_user == "root" else f"/home/{kit_user}"
-    hf_home = explicit.get("hf_home") or (f"{home}/.cache/huggingface" if launcher_kit
-                                       else f"{values['cache_path']}/huggingface")
+    hf_home = explicit.get("hf_home") or (
+        f"{home}/.cache/huggingface" if launcher_kit else f"{values['cache_path']}/huggingface")
     sources.setdefault("hf_home", "the kit user's home" if launcher_kit else "cache_path/huggingface")
     config: dict[str, Any] = {
         "profile": as_data(profile),
@@ -447,11 +447,12 @@ def _check_settings(profile: Profile, settings: dict[str, Any], name: Any, probl
         check, optional = _SETTING_CHECKS.get(key, (None, True))
         if settings.get(key) is None and (optional or key in ("max_model_len", "gpu_memory_utilization")):
             continue   # unset: the kit's own default
-        if check is None:   # gpu_memory_utilization: the same limit as the render's
-            allow = settings.get("allow_high_gpu_memory_utilization") is True
-            check = lambda where, value, allow=allow: _gpu_memory_utilization(value, allow, name)  # noqa: E731
         try:
-            check(name(key), settings.get(key))
+            if check is None:   # gpu_memory_utilization: the same limit as the render's
+                _gpu_memory_utilization(settings.get(key), settings.get("allow_high_gpu_memory_utilization") is True,
+                                        name)
+            else:
+                check(name(key), settings.get(key))
         except SpecError as exc:
             problems.extend(_examples_for(exc, name, key))
     return len(problems) == count

@@ -295,38 +295,6 @@ def _remove_args(where: str, value: Any) -> list[str]:
     return flags
 
 
-# key -> (check(where, value), optional: None stays None)
-_SETTING_CHECKS: dict[str, tuple[Any, bool]] = {
-    "image": (_str, False),
-    "container_name": (_container_name, False),
-    "model_path": (lambda where, value: _abs_path(where, value), False),
-    "cache_path": (lambda where, value: _abs_path(where, value), False),
-    "served_model_name": (_str, False),
-    "host": (lambda where, value: str(_ip(where, value)), False),
-    "port": (lambda where, value: _int(where, value, 1, 65535), False),
-    "master_port": (lambda where, value: _int(where, value, 1, 65535), False),
-    "master_addr": (lambda where, value: str(_ip(where, value)), True),
-    "tensor_parallel_size": (lambda where, value: _int(where, value, 1), True),
-    "pipeline_parallel_size": (lambda where, value: _int(where, value, 1), False),
-    "gpus_per_node": (lambda where, value: _int(where, value, 1), False),
-    "allow_high_gpu_memory_utilization": (_bool, False),
-    "max_model_len": (lambda where, value: _int(where, value, 1), False),
-    "kv_cache_memory_bytes": (lambda where, value: _kv_bytes(where, value), True),
-    "cx7_subnet": (lambda where, value: _subnet(where, value), True),
-    "cx7_iface": (lambda where, value: _iface(where, value), True),
-    "ib_hca": (lambda where, value: _hca_list(where, value), True),
-    "gid_index": (lambda where, value: _int(where, value, 0), False),
-    "shm_size": (_shm, False),
-    "speculative_config": (lambda where, value: _json_object(where, value), True),
-    "default_chat_template_kwargs": (lambda where, value: _json_object(where, value), True),
-    "distributed_timeout_seconds": (lambda where, value: _int(where, value, 1), True),
-    "extra_env": (lambda where, value: _extra_env(value or {}, where), False),
-    "remove_env": (lambda where, value: _str_list(where, value or []), False),
-    "extra_args": (lambda where, value: _str_list(where, value or []), False),
-    "remove_args": (_remove_args, False),
-}
-
-
 def _validate_settings(raw: dict[str, Any], name: Any = _default_name) -> dict[str, Any]:
     """Every setting checked (all problems collected, then one SpecError), then the checks across settings."""
     out: dict[str, Any] = {}
@@ -410,6 +378,38 @@ def _extra_env(value: Any, where: str = "settings.extra_env") -> dict[str, str]:
             raise SpecError(f"{where}.{name} must be a string (quote booleans), got {item!r}")
         out[name] = str(item)
     return out
+
+
+# key -> (check(where, value), optional: None stays None)
+_SETTING_CHECKS: dict[str, tuple[Any, bool]] = {
+    "image": (_str, False),
+    "container_name": (_container_name, False),
+    "model_path": (_abs_path, False),
+    "cache_path": (_abs_path, False),
+    "served_model_name": (_str, False),
+    "host": (lambda where, value: str(_ip(where, value)), False),
+    "port": (lambda where, value: _int(where, value, 1, 65535), False),
+    "master_port": (lambda where, value: _int(where, value, 1, 65535), False),
+    "master_addr": (lambda where, value: str(_ip(where, value)), True),
+    "tensor_parallel_size": (lambda where, value: _int(where, value, 1), True),
+    "pipeline_parallel_size": (lambda where, value: _int(where, value, 1), False),
+    "gpus_per_node": (lambda where, value: _int(where, value, 1), False),
+    "allow_high_gpu_memory_utilization": (_bool, False),
+    "max_model_len": (lambda where, value: _int(where, value, 1), False),
+    "kv_cache_memory_bytes": (_kv_bytes, True),
+    "cx7_subnet": (_subnet, True),
+    "cx7_iface": (_iface, True),
+    "ib_hca": (_hca_list, True),
+    "gid_index": (lambda where, value: _int(where, value, 0), False),
+    "shm_size": (_shm, False),
+    "speculative_config": (_json_object, True),
+    "default_chat_template_kwargs": (_json_object, True),
+    "distributed_timeout_seconds": (lambda where, value: _int(where, value, 1), True),
+    "extra_env": (lambda where, value: _extra_env(value or {}, where), False),
+    "remove_env": (lambda where, value: _str_list(where, value or []), False),
+    "extra_args": (lambda where, value: _str_list(where, value or []), False),
+    "remove_args": (_remove_args, False),
+}
 
 
 # --------------------------------------------------------------------------- nodes

@@ -72,8 +72,8 @@ def test_the_recipes_values_come_from_the_profile() -> None:
     ({"gpu_memory_utilization": 0.8}, {"gpu_memory_utilization": 0.75}, 0.75, "dgxspark_vllm_gpu_memory_utilization"),
     ({}, {"gpu_memory_utilization": 0.7}, 0.7, "dgxspark_vllm_gpu_memory_utilization"),
 ])
-def test_profile_then_settings_then_the_variable(settings: dict[str, Any], explicit: dict[str, Any], value: float,
-                                                  source: str) -> None:
+def test_profile_then_settings_then_the_variable(
+        settings: dict[str, Any], explicit: dict[str, Any], value: float, source: str) -> None:
     config = resolve(inputs(dict(explicit, settings=settings)))
     assert config["settings"]["gpu_memory_utilization"] == value
     assert config["sources"]["gpu_memory_utilization"] == source
