@@ -83,6 +83,8 @@ VARIABLES: Mapping[str, Variable] = {var.name: var for var in (
     _v("max_model_len", setting="max_model_len", example="262144"),
     _v("kv_cache_memory_bytes", setting="kv_cache_memory_bytes", example="(unset: calibrated from vLLM's estimate)"),
     _v("cx7_subnet", setting="cx7_subnet", blank="unset", example="192.168.100.0/24"),
+    _v("log_max_size", setting="log_max_size", example="100m"),
+    _v("log_max_file", setting="log_max_file", example="5"),
     _v("cx7_ip", scope="node", kind="str", example="192.168.100.11"),
     _v("cx7_iface", scope="either", setting="cx7_iface", blank="unset", example="enp1s0f1np1"),
     _v("ib_hca", scope="either", setting="ib_hca", blank="unset", example="rocep1s0f1,roceP2p1s0f1"),
@@ -366,7 +368,8 @@ def resolve(inputs: Inputs) -> dict[str, Any]:
     }
     for key in ("image", "container_name", "model_repo", "model_revision", "drafter_repo", "drafter_revision",
                 "model_path", "cache_path", "served_model_name", "port", "master_port", "max_model_len",
-                "gpu_memory_utilization", "tensor_parallel_size", "kv_cache_memory_bytes"):
+                "gpu_memory_utilization", "tensor_parallel_size", "kv_cache_memory_bytes", "log_max_size",
+                "log_max_file"):
         config[key] = values[key]
     config["cx7_subnet"] = values["cx7_subnet"] or ""
     for key in ("lab", "accept_noncommercial_drafter", "staging_lock_path", "secure_logging", "profile"):

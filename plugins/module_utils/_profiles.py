@@ -47,7 +47,8 @@ RENDER_KEYS: tuple[str, ...] = (
     "tensor_parallel_size", "pipeline_parallel_size", "gpus_per_node", "gpu_memory_utilization",
     "allow_high_gpu_memory_utilization", "max_model_len", "kv_cache_memory_bytes", "cx7_subnet", "cx7_iface",
     "ib_hca", "gid_index", "cache_path", "shm_size", "speculative_config", "default_chat_template_kwargs",
-    "extra_env", "remove_env", "extra_args", "remove_args", "distributed_timeout_seconds",
+    "extra_env", "remove_env", "extra_args", "remove_args", "distributed_timeout_seconds", "log_max_size",
+    "log_max_file",
 )
 STAGING_KEYS: tuple[str, ...] = ("model_repo", "model_revision", "drafter_repo", "drafter_revision")
 SETTING_KEYS: tuple[str, ...] = RENDER_KEYS + STAGING_KEYS
@@ -57,6 +58,7 @@ UNSET_DEFAULTS: Mapping[str, Any] = MappingProxyType({
     "extra_env": MappingProxyType({}), "remove_env": (), "extra_args": (), "remove_args": (),
     "pipeline_parallel_size": 1, "gpus_per_node": 1, "allow_high_gpu_memory_utilization": False,
     "host": "0.0.0.0", "drafter_repo": "", "model_revision": "main", "drafter_revision": "main",
+    "log_max_size": "100m", "log_max_file": 5,
 })
 
 _PROFILE_KEYS = frozenset({"description", "extends", "launcher", "staging_layout", "settings", "container", "env",

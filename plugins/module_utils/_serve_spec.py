@@ -55,6 +55,7 @@ _CODE_SETTINGS = frozenset({
     "image", "container_name", "shm_size", "model_path", "master_addr", "tensor_parallel_size",
     "pipeline_parallel_size", "gpus_per_node", "gpu_memory_utilization", "allow_high_gpu_memory_utilization",
     "cx7_subnet", "extra_env", "remove_env", "extra_args", "remove_args", "port", "master_port",
+    "log_max_size", "log_max_file",
 })
 # Short or abbreviated spellings vLLM accepts, rendered under their full name.
 FLAG_ALIASES: Mapping[str, str] = {
@@ -78,6 +79,7 @@ _REMEDY: Mapping[str, str] = {
 _CONTAINER_NAME = re.compile(r"^[a-zA-Z0-9][a-zA-Z0-9_.-]*$")
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _SHM_SIZE = re.compile(r"^[1-9][0-9]*[bkmgBKMG]?$")
+_LOG_SIZE = re.compile(r"^[1-9][0-9]*[kmg]$")
 _IFACE = re.compile(r"^[\^=]?[A-Za-z0-9_.:@-]{1,15}$")
 _HCA = re.compile(r"^[\^=]?[A-Za-z0-9_.-]+(:[0-9]+)?$")
 _NEGATIVE_NUMBER = re.compile(r"^-\.?[0-9]")
@@ -279,6 +281,14 @@ def _shm(where: str, value: Any) -> str:
     return shm
 
 
+def _log_size(where: str, value: Any) -> str:
+    size = _str(where, value)
+    if not _LOG_SIZE.match(size):
+        raise SpecError(f"{where} must be a size with its unit, k, m or g (Docker's json-file max-size), "
+                        f"e.g. 100m, got {value!r}")
+    return size
+
+
 def _container_name(where: str, value: Any) -> str:
     text = _str(where, value)
     if not _CONTAINER_NAME.match(text):
@@ -405,6 +415,8 @@ _SETTING_CHECKS: dict[str, tuple[Any, bool]] = {
     "speculative_config": (_json_object, True),
     "default_chat_template_kwargs": (_json_object, True),
     "distributed_timeout_seconds": (lambda where, value: _int(where, value, 1), True),
+    "log_max_size": (_log_size, False),
+    "log_max_file": (lambda where, value: _int(where, value, 1, 100), False),
     "extra_env": (lambda where, value: _extra_env(value or {}, where), False),
     "remove_env": (lambda where, value: _str_list(where, value or []), False),
     "extra_args": (lambda where, value: _str_list(where, value or []), False),
@@ -725,8 +737,12 @@ def docker_run_argv(container: Mapping[str, Any]) -> list[str]:
     for request in container.get("device_requests") or []:
         if request.get("count") == -1:
             argv += ["--gpus", "all"]
-    argv += ["-d", "--name", container["name"], "--restart", container["restart_policy"],
-             "--network", container["network_mode"], "--ipc", container["ipc_mode"],
+    argv += ["-d", "--name", container["name"], "--restart", container["restart_policy"]]
+    if container.get("log_driver"):
+        argv += ["--log-driver", container["log_driver"]]
+        for name, value in (container.get("log_options") or {}).items():
+            argv += ["--log-opt", f"{name}={value}"]
+    argv += ["--network", container["network_mode"], "--ipc", container["ipc_mode"],
              "--shm-size", container["shm_size"]]
     for ulimit in container["ulimits"]:
         name, _sep, limits = ulimit.partition(":")
@@ -772,6 +788,9 @@ def _render_node(profile: Profile, settings: dict[str, Any], nodes: list[Node], 
         "network_mode": profile.network_mode,
         "shm_size": settings["shm_size"],
         "restart_policy": "no",
+        # weeks of serving in one JSON log would fill the disk: Docker rotates it (the launch reads its logs early)
+        "log_driver": "json-file",
+        "log_options": {"max-size": settings["log_max_size"], "max-file": str(settings["log_max_file"])},
         "device_requests": device_requests(profile.gpus),
     }
     digest = config_hash(container)
@@ -879,6 +898,8 @@ _SETTINGS_OPTIONS = dict(
     extra_args=dict(type="list", elements="str"),
     remove_args=dict(type="list", elements="str"),
     distributed_timeout_seconds=dict(type="int"),
+    log_max_size=dict(type="str"),
+    log_max_file=dict(type="int"),
 )
 
 # The vllm_serve_spec task's arguments (the module and its action plugin validate with the same spec).

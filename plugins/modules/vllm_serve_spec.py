@@ -210,6 +210,15 @@ options:
         description:
           - C(--distributed-timeout-seconds), the rendezvous timeout; left out when unset (PyTorch's 30 min).
         type: int
+      log_max_size:
+        description:
+          - The serve container's json-file log rotates at this size (C(--log-opt max-size)), such as V(100m)
+            (profile default V(100m)).
+        type: str
+      log_max_file:
+        description:
+          - How many rotated log files Docker keeps (C(--log-opt max-file), 1 to 100; profile default 5).
+        type: int
   api_key:
     description:
       - API key for the head's OpenAI-compatible server, for env V(VLLM_API_KEY).
@@ -261,6 +270,8 @@ EXAMPLES = r"""
     ipc_mode: "{{ serve_spec.container.ipc_mode }}"
     network_mode: "{{ serve_spec.container.network_mode }}"
     shm_size: "{{ serve_spec.container.shm_size }}"
+    log_driver: "{{ serve_spec.container.log_driver }}"
+    log_options: "{{ serve_spec.container.log_options }}"
     restart_policy: "{{ serve_spec.container.restart_policy }}"
     device_requests: "{{ serve_spec.container.device_requests }}"
     labels: "{{ serve_spec.container.labels }}"
@@ -354,6 +365,16 @@ container:
       returned: success
       type: str
       sample: "no"
+    log_driver:
+      description: Always V(json-file), rotated by RV(container.log_options).
+      returned: success
+      type: str
+      sample: json-file
+    log_options:
+      description: The json-file log's rotation, from O(settings.log_max_size) and O(settings.log_max_file).
+      returned: success
+      type: dict
+      sample: {"max-size": "100m", "max-file": "5"}
     device_requests:
       description: The GPU request for C(--gpus all); empty for V(lab_cpu).
       returned: success

@@ -66,6 +66,9 @@ def recipe_argv(rank: int, this_ip: str, headless: bool) -> list[str]:
     command = text[text.index("docker run"):].replace("\\\n", " ")
     # the recipe's abbreviated flag, rendered under vLLM's real name (notes/vllm-facts.md)
     command = command.replace("--kv-cache-memory <BYTES>", f"--kv-cache-memory-bytes {KV_BYTES}")
+    # the collection's one addition to the recipe's container options: its json-file log rotates (issue 20)
+    command = command.replace("--restart no ", "--restart no --log-driver json-file --log-opt max-size=100m "
+                                               "--log-opt max-file=5 ", 1)
     for placeholder, value in {
         "<THIS_NODE_CX7_IP>": this_ip,
         "<HCA_NAMES>": HCA,
@@ -635,3 +638,27 @@ def test_every_profile_renders() -> None:
         spec = render_spec(name, _nodes((0, {"cx7_iface": IFACE}), (1, {"cx7_iface": IFACE})), "spark2",
                            {"cx7_subnet": SUBNET, "ib_hca": HCA})
         assert spec.container["labels"]["dgxspark.vllm.profile"] == name
+
+
+@pytest.mark.parametrize("settings, options", [
+    ({}, {"max-size": "100m", "max-file": "5"}),
+    ({"log_max_size": "1g", "log_max_file": 2}, {"max-size": "1g", "max-file": "2"}),
+])
+def test_the_serve_log_rotates(settings: dict[str, Any], options: dict[str, str]) -> None:
+    spec = render(**settings)
+    assert spec.container["log_driver"] == "json-file" and spec.container["log_options"] == options
+    line = shlex.split(spec.command_line)
+    assert line[line.index("--log-driver") + 1] == "json-file"
+    assert [line[i + 1] for i, token in enumerate(line) if token == "--log-opt"] == \
+        [f"max-size={options['max-size']}", f"max-file={options['max-file']}"]
+
+
+@pytest.mark.parametrize("settings, message", [
+    ({"log_max_size": "100"}, r"settings\.log_max_size must be a size with its unit, k, m or g"),
+    ({"log_max_size": "0m"}, r"settings\.log_max_size must be a size"),
+    ({"log_max_file": 0}, r"settings\.log_max_file must be >= 1"),
+    ({"log_max_file": 101}, r"settings\.log_max_file must be <= 100"),
+])
+def test_bad_log_rotation_is_refused(settings: dict[str, Any], message: str) -> None:
+    with pytest.raises(SpecError, match=message):
+        render(**settings)
