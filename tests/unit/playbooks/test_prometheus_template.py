@@ -1,0 +1,178 @@
+# Copyright: Contributors to the dgxspark.vllm collection
+# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
+"""Tests for playbooks/prometheus.yml and its template: render them with Jinja2 as Ansible would.
+
+The play's own vars are resolved in order against a fake ``dgxspark_vllm_config`` fact, then the scrape config
+template and the file_sd task's content are rendered. Checked: both parse (YAML, JSON), they name the same
+target, the scrape config has the shape Prometheus' ``scrape_configs`` takes, and the API key appears only in the
+0600 key file's task, never in the scrape config.
+"""
+from __future__ import annotations
+
+import json
+import os
+import re
+from pathlib import Path
+from typing import Any
+
+import jinja2
+import pytest
+import yaml
+from ansible.plugins.filter.core import to_json, to_nice_json
+
+ROOT = Path(__file__).resolve().parents[3]
+PLAYBOOK = ROOT / "playbooks" / "prometheus.yml"
+TEMPLATES = ROOT / "playbooks" / "templates"
+TEMPLATE = "prometheus-scrape.yml.j2"
+API_KEY = "sk-dgxspark-s3cret-4242"
+HEAD_ADDRESS = "192.0.2.10"
+
+# https://prometheus.io/docs/prometheus/latest/configuration/configuration/#scrape_config (the keys used here)
+SCRAPE_KEYS = {"job_name", "metrics_path", "scheme", "scrape_interval", "scrape_timeout", "authorization",
+               "static_configs"}
+DURATION_RE = re.compile(r"^(?:\d+y)?(?:\d+w)?(?:\d+d)?(?:\d+h)?(?:\d+m)?(?:\d+s)?(?:\d+ms)?$")
+LABEL_NAME_RE = re.compile(r"^[a-zA-Z_][a-zA-Z0-9_]*$")
+TARGET_RE = re.compile(r"^[^/\s:]+:\d+$")
+
+
+def environment() -> jinja2.Environment:
+    """Jinja2 set up like Ansible's template module (trim_blocks) with the filters the play and template use."""
+    env = jinja2.Environment(loader=jinja2.FileSystemLoader(str(TEMPLATES)), undefined=jinja2.StrictUndefined,
+                             trim_blocks=True, keep_trailing_newline=True)
+    env.filters.update({
+        "to_json": to_json,
+        "ansible.builtin.to_json": to_json,
+        "ansible.builtin.to_nice_json": to_nice_json,
+        "ansible.builtin.expanduser": os.path.expanduser,
+    })
+    return env
+
+
+def load_play() -> dict[str, Any]:
+    with PLAYBOOK.open(encoding="utf-8") as handle:
+        plays = yaml.safe_load(handle)
+    assert len(plays) == 1
+    return plays[0]
+
+
+def render_value(env: jinja2.Environment, value: Any, context: dict[str, Any]) -> Any:
+    if isinstance(value, str):
+        return env.from_string(value).render(context) if "{{" in value else value
+    if isinstance(value, list):
+        return [render_value(env, item, context) for item in value]
+    if isinstance(value, dict):
+        return {key: render_value(env, item, context) for key, item in value.items()}
+    return value
+
+
+def play_context(tmp_path: Path, api_key: str, extra: dict[str, Any] | None = None) -> dict[str, Any]:
+    """The play's vars resolved in order, over the config fact and extra vars (which win, as -e does)."""
+    env = environment()
+    extra = extra or {}
+    context: dict[str, Any] = {
+        "dgxspark_vllm_config": {"head": "spark-a", "port": 8000, "api_key_set": bool(api_key),
+                                 "secure_logging": True},
+        "dgxspark_vllm_api_key": api_key,
+        "hostvars": {"spark-a": {"ansible_host": HEAD_ADDRESS}, "spark-b": {"ansible_host": "192.0.2.11"}},
+        "prometheus_output_dir": str(tmp_path / "prom"),
+    }
+    for name, value in load_play()["vars"].items():
+        if name == "prometheus_output_dir":
+            continue
+        context[name] = extra[name] if name in extra else render_value(env, value, context)
+    return context
+
+
+def render_scrape(context: dict[str, Any]) -> str:
+    return environment().get_template(TEMPLATE).render(context)
+
+
+def task(name: str) -> dict[str, Any]:
+    return next(t for t in load_play()["tasks"] if t["name"] == name)
+
+
+def render_file_sd(context: dict[str, Any]) -> str:
+    content = task("Write the file_sd targets file")["ansible.builtin.copy"]["content"]
+    return environment().from_string(content).render(context)
+
+
+@pytest.mark.parametrize("api_key", [API_KEY, ""])
+def test_scrape_config_parses_and_keeps_the_key_out(tmp_path: Path, api_key: str) -> None:
+    context = play_context(tmp_path, api_key)
+    text = render_scrape(context)
+    if api_key:
+        assert api_key not in text
+    config = yaml.safe_load(text)
+    assert list(config) == ["scrape_configs"]
+    (job,) = config["scrape_configs"]
+    assert set(job) <= SCRAPE_KEYS
+    assert (job["job_name"], job["metrics_path"], job["scheme"]) == ("dgxspark-vllm", "/metrics", "http")
+    assert DURATION_RE.match(job["scrape_interval"]) and DURATION_RE.match(job["scrape_timeout"])
+    assert job["static_configs"] == [{"targets": [f"{HEAD_ADDRESS}:8000"],
+                                      "labels": {"cluster": "spark-a", "head": "spark-a"}}]
+    if api_key:
+        key_file = str(tmp_path / "prom" / "dgxspark-vllm-api-key")
+        assert job["authorization"] == {"type": "Bearer", "credentials_file": key_file}
+        assert "credentials" not in job["authorization"]
+    else:
+        assert "authorization" not in job
+
+
+def test_template_never_reads_the_key() -> None:
+    source = (TEMPLATES / TEMPLATE).read_text(encoding="utf-8")
+    assert "dgxspark_vllm_api_key" not in source
+
+
+@pytest.mark.parametrize("api_key", [API_KEY, ""])
+def test_file_sd_is_valid_and_matches_static_configs(tmp_path: Path, api_key: str) -> None:
+    context = play_context(tmp_path, api_key)
+    text = render_file_sd(context)
+    assert API_KEY not in text
+    targets = json.loads(text)
+    assert isinstance(targets, list) and targets
+    for group in targets:
+        assert set(group) == {"targets", "labels"}
+        assert all(isinstance(t, str) and TARGET_RE.match(t) for t in group["targets"])
+        assert all(LABEL_NAME_RE.match(k) and isinstance(v, str) for k, v in group["labels"].items())
+    assert targets == yaml.safe_load(render_scrape(context))["scrape_configs"][0]["static_configs"]
+
+
+@pytest.mark.parametrize("extra", [
+    {"prometheus_cluster": 'lab: "a" #1', "prometheus_job_name": "vllm: {x}"},
+    {"prometheus_target": "spark-a.example:8000", "prometheus_scrape_interval": "1m30s"},
+    {"prometheus_credentials_file": "/etc/prometheus/secrets/dgx key"},
+])
+def test_values_with_yaml_syntax_stay_values(tmp_path: Path, extra: dict[str, Any]) -> None:
+    context = play_context(tmp_path, API_KEY, extra)
+    # the targets list is built from the (possibly overridden) cluster and target
+    context["prometheus_targets"] = render_value(environment(), load_play()["vars"]["prometheus_targets"], context)
+    job = yaml.safe_load(render_scrape(context))["scrape_configs"][0]
+    assert job["job_name"] == context["prometheus_job_name"]
+    assert job["static_configs"][0]["labels"]["cluster"] == context["prometheus_cluster"]
+    assert job["static_configs"][0]["targets"] == [context["prometheus_target"]]
+    assert job["scrape_interval"] == context["prometheus_scrape_interval"]
+    assert job["authorization"]["credentials_file"] == context["prometheus_credentials_file"]
+    assert json.loads(render_file_sd(context)) == job["static_configs"]
+
+
+def test_key_file_task_is_private_and_quiet() -> None:
+    key_task = task("Write the API key for Prometheus (mode 0600, read through credentials_file)")
+    copy = key_task["ansible.builtin.copy"]
+    assert copy["mode"] == "0600"
+    assert copy["content"] == "{{ dgxspark_vllm_api_key }}"
+    assert copy["dest"] == "{{ prometheus_key_file }}"
+    assert key_task["no_log"] == "{{ dgxspark_vllm_config.secure_logging and dgxspark_vllm_api_key | length > 0 }}"
+    assert key_task["diff"] is False
+    assert "dgxspark_vllm_config.api_key_set" in key_task["when"]
+    # only that task may name the key
+    others = [t for t in load_play()["tasks"] if t is not key_task and t["name"] != key_task["name"]]
+    assert "dgxspark_vllm_api_key" not in json.dumps(others)
+
+
+def test_every_task_runs_once_on_the_controller() -> None:
+    play = load_play()
+    assert play["roles"][0] in ("dgxspark.vllm.dgxspark_vllm", {"role": "dgxspark.vllm.dgxspark_vllm"})
+    for entry in play["tasks"]:
+        assert entry.get("run_once") is True, entry["name"]
+        if "ansible.builtin.debug" not in entry:
+            assert (entry["delegate_to"], entry["become"]) == ("localhost", False), entry["name"]
