@@ -9,7 +9,6 @@ fact, or fails listing every problem.
 """
 from __future__ import annotations
 
-from collections.abc import Mapping
 from typing import Any
 
 from ansible_collections.dgxspark.vllm.plugins.module_utils._config import (
@@ -19,8 +18,10 @@ from ansible_collections.dgxspark.vllm.plugins.module_utils._config import (
     ConfigError,
     Inputs,
     describe_sources,
+    parse_bool,
     resolve,
 )
+from ansible_collections.dgxspark.vllm.plugins.module_utils._profiles import plain
 from ansible_collections.dgxspark.vllm.plugins.plugin_utils._controller_action import (
     ControllerAction,
     ControllerTaskError,
@@ -36,23 +37,6 @@ ARGUMENT_SPEC: dict[str, Any] = dict(
 )
 
 
-def _plain(value: Any) -> Any:
-    """Templated inventory data as plain Python types (strings, numbers, lists, dicts)."""
-    if isinstance(value, Mapping):
-        return {str(key): _plain(item) for key, item in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_plain(item) for item in value]
-    if isinstance(value, bool) or value is None:
-        return value
-    if isinstance(value, int):
-        return int(value)
-    if isinstance(value, float):
-        return float(value)
-    if isinstance(value, str):
-        return str(value)
-    return value
-
-
 class ActionModule(ControllerAction):
     argument_spec = ARGUMENT_SPEC
 
@@ -60,7 +44,7 @@ class ActionModule(ControllerAction):
         out: dict[str, Any] = {}
         for name in names:
             try:
-                out[name] = _plain(hostvars[host][name])
+                out[name] = plain(hostvars[host][name])
             except Exception as exc:  # noqa: BLE001 - any templating error is reported with its variable
                 problems.append(f"{name} of {host} cannot be templated: {exc}")
         return out
@@ -81,7 +65,7 @@ class ActionModule(ControllerAction):
         current = task_vars.get("inventory_hostname")
         for name in [name for name in task_vars if name.startswith(PREFIX) and name not in FACT_NAMES]:
             try:
-                value = _plain(self._templar.template(task_vars[name]))
+                value = plain(self._templar.template(task_vars[name]))
             except Exception as exc:  # noqa: BLE001 - any templating error is reported with its variable
                 problems.append(f"{name} cannot be templated: {exc}")
                 continue
@@ -99,8 +83,7 @@ class ActionModule(ControllerAction):
             builtin = builtin_profile_data()
             inputs = Inputs(hostvars=read, head=head, workers=workers, builtin_profiles=builtin,
                             ansible_user=extra.get("ansible_user"),
-                            allow_denylisted=str(extra.get("checkpoint_allow_denylisted", False)).lower()
-                            in ("true", "yes", "1", "on"))
+                            allow_denylisted=parse_bool(str(extra.get("checkpoint_allow_denylisted", False))) is True)
             if problems:
                 raise ConfigError(problems)
             config = resolve(inputs)

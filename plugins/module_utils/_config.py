@@ -145,7 +145,8 @@ def _fix(var: str, example: str) -> str:
     return f"{var}: {example}" if example else var
 
 
-def _bool(value: Any) -> bool | None:
+def parse_bool(value: Any) -> bool | None:
+    """A boolean as YAML or an INI inventory gives it (true/yes/on/1 ...), or None when it is not one."""
     if isinstance(value, bool):
         return value
     if isinstance(value, str) and value.strip().lower() in ("true", "yes", "on", "1", "false", "no", "off", "0"):
@@ -212,7 +213,7 @@ def _check_plain(name: str, var: Variable, value: Any, problems: list[str]) -> A
     """The value of a variable that is not a render setting, checked; _MISSING when broken."""
     full = PREFIX + name
     if var.kind == "bool":
-        flag = _bool(value)
+        flag = parse_bool(value)
         if flag is None:
             problems.append(f"{full} must be true or false, got {value!r} (e.g. {_fix(full, var.example)})")
             return _MISSING

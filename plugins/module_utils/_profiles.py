@@ -352,9 +352,15 @@ def from_data(data: Mapping[str, Any], known_placeholders: frozenset[str]) -> Pr
 
 
 def plain(value: Any) -> Any:
-    """Mappings and sequences as dicts and lists (JSON-ready)."""
+    """Mappings and sequences as dicts and lists, scalars as their base types (JSON-ready; also drops the
+    subclasses a templating engine wraps values in)."""
     if isinstance(value, Mapping):
-        return {key: plain(item) for key, item in value.items()}
+        return {str(key): plain(item) for key, item in value.items()}
     if isinstance(value, (list, tuple)):
         return [plain(item) for item in value]
+    if isinstance(value, bool) or value is None:
+        return value
+    for kind in (int, float, str):
+        if isinstance(value, kind):
+            return kind(value)
     return value
