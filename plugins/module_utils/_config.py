@@ -93,6 +93,7 @@ VARIABLES: Mapping[str, Variable] = {var.name: var for var in (
     _v("api_key", kind="secret", example='"{{ vault_vllm_api_key }}"'),
     _v("hf_token", kind="secret", example='"{{ vault_hf_token }}"'),
     _v("secure_logging", kind="bool", example="true"),
+    _v("guard", kind="bool", example="true"),
 )}
 # Variables the collection sets itself as facts (never inventory input).
 FACT_NAMES = frozenset({FACT, "dgxspark_vllm_detected_cx7_iface", "dgxspark_vllm_detected_ib_hca",
@@ -337,6 +338,11 @@ def resolve(inputs: Inputs) -> dict[str, Any]:
     settings_ok = _check_settings(profile, render_settings, name, problems)
     if settings_ok and profile.launcher == "docker_run" and nodes is not None:
         _check_render(profile, render_settings, nodes, name, problems)
+    if explicit.get("guard") and profile.launcher != "docker_run":
+        problems.append(f"dgxspark_vllm_guard: true is refused for profile {profile.name} (launcher "
+                        f"{profile.launcher}): the group guard starts and stops the containers the docker_run "
+                        "launch created, and the EXL3 kit's start.sh makes its own; set dgxspark_vllm_guard: false "
+                        "(or remove it: it is off for this launcher)")
     if problems:
         raise ConfigError(_with_examples(problems))
 
@@ -359,6 +365,7 @@ def resolve(inputs: Inputs) -> dict[str, Any]:
         "hf_home": hf_home,
         "staging_lock_path": explicit.get("staging_lock_path", "/run/dgxspark/staging.lock"),
         "secure_logging": explicit.get("secure_logging", True),
+        "guard": explicit.get("guard", profile.launcher == "docker_run"),
         "api_key_set": bool(explicit.get("api_key")),
         "hf_token_set": bool(explicit.get("hf_token")),
         "settings": {key: value for key, value in render_settings.items() if value is not None},
@@ -373,7 +380,7 @@ def resolve(inputs: Inputs) -> dict[str, Any]:
                 "log_max_file"):
         config[key] = values[key]
     config["cx7_subnet"] = values["cx7_subnet"] or ""
-    for key in ("lab", "accept_noncommercial_drafter", "staging_lock_path", "secure_logging", "profile"):
+    for key in ("lab", "accept_noncommercial_drafter", "staging_lock_path", "secure_logging", "profile", "guard"):
         sources.setdefault(key, "default")
     sources["profile"] = sources.get("profile") if "profile" in explicit else "default"
     config["sources"] = {key: sources[key] for key in sorted(sources)}

@@ -26,6 +26,7 @@ failed (``--once``) or /proc/meminfo became unreadable, 2 bad configuration or u
 from __future__ import annotations
 
 import argparse
+import calendar
 import json
 import os
 import signal
@@ -70,10 +71,12 @@ class Config:
     meminfo_path: str = "/proc/meminfo"
     drop_caches_path: str = "/proc/sys/vm/drop_caches"
     docker_bin: str = "docker"
+    follow_container: str = ""
+    follow_seconds: int = 3600
 
 
 CONFIG_KEYS = tuple(item.name for item in fields(Config))
-INT_KEYS = ("threshold_bytes", "floor_bytes", "interval_seconds")
+INT_KEYS = ("threshold_bytes", "floor_bytes", "interval_seconds", "follow_seconds")
 
 
 @dataclass(frozen=True)
@@ -190,6 +193,8 @@ def validate_config(values: dict) -> Config:
         problems.append("action must be one of %s, got %r" % (", ".join(ACTIONS), config.action))
     if config.action == "stop_container" and not config.container_name.strip():
         problems.append("container_name must not be empty when action is stop_container")
+    if config.follow_seconds <= 0:
+        problems.append("follow_seconds must be > 0, got %d" % config.follow_seconds)
     for key in ("meminfo_path", "drop_caches_path", "docker_bin"):
         if not getattr(config, key):
             problems.append("%s must not be empty" % key)
@@ -223,6 +228,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--meminfo-path", help="default /proc/meminfo")
     parser.add_argument("--drop-caches-path", help="default /proc/sys/vm/drop_caches")
     parser.add_argument("--docker-bin", help="docker client used by stop_container (default: docker from PATH)")
+    parser.add_argument("--follow-container", help="act only while this container is in its first follow_seconds "
+                        "of running (its model load): the follow mode the group guard's restores rely on")
+    parser.add_argument("--follow-seconds", type=int, help="length of the load window in follow mode (default 3600)")
     parser.add_argument("--once", action="store_true", help="run one check and exit")
     parser.add_argument("--check-config", action="store_true", help="validate the configuration, print it and exit")
     return parser
@@ -239,10 +247,12 @@ def config_from_args(args: argparse.Namespace) -> Config:
 
 def describe(config: Config) -> str:
     return ("threshold_bytes=%d (%s) floor_bytes=%d (%s) interval_seconds=%d action=%s container_name=%s "
-            "meminfo_path=%s drop_caches_path=%s docker_bin=%s measure=Buffers+Cached-Shmem"
+            "meminfo_path=%s drop_caches_path=%s docker_bin=%s measure=Buffers+Cached-Shmem%s"
             % (config.threshold_bytes, gib(config.threshold_bytes), config.floor_bytes, gib(config.floor_bytes),
                config.interval_seconds, config.action, config.container_name, config.meminfo_path,
-               config.drop_caches_path, config.docker_bin))
+               config.drop_caches_path, config.docker_bin,
+               (" follow_container=%s follow_seconds=%d" % (config.follow_container, config.follow_seconds))
+               if config.follow_container else ""))
 
 
 def log(priority: int, message: str) -> None:
@@ -344,6 +354,60 @@ def run_iteration(config: Config, state: WatchdogState, now: float, verbose: boo
     return state, ok
 
 
+def parse_docker_time(text: str) -> float | None:
+    """Seconds since the epoch of Docker's RFC 3339 time with nanoseconds (2026-12-02T03:18:45.123456789Z)."""
+    text = text.strip()
+    if not text or text.startswith("0001-"):
+        return None
+    main, _dot, rest = text.partition(".")
+    zone = "Z"
+    if rest:
+        digits = rest[:len(rest) - len(rest.lstrip("0123456789"))]
+        zone = rest[len(digits):] or "Z"
+        fraction = float("0." + digits) if digits else 0.0
+    else:
+        if main.endswith("Z"):
+            main = main[:-1]
+        elif len(main) > 19:
+            main, zone = main[:19], main[19:]
+        fraction = 0.0
+    try:
+        stamp = calendar.timegm(time.strptime(main[:19], "%Y-%m-%dT%H:%M:%S"))
+    except ValueError:
+        return None
+    if zone not in ("Z", ""):
+        sign = 1 if zone[0] == "+" else -1
+        hours, _colon, minutes = zone[1:].partition(":")
+        try:
+            stamp -= sign * (int(hours) * 3600 + int(minutes or 0) * 60)
+        except ValueError:
+            return None
+    return stamp + fraction
+
+
+def in_load_window(state_text: str, now: float, window: int) -> tuple:
+    """From `docker inspect --format '{{.State.Running}} {{.State.StartedAt}}'`: (active, why)."""
+    parts = state_text.split()
+    if len(parts) != 2 or parts[0] != "true":
+        return False, "not running"
+    started = parse_docker_time(parts[1])
+    if started is None:
+        return False, "unreadable start time %r" % parts[1]
+    age = now - started
+    if age < window:
+        return True, "started %.0f s ago (load window %d s)" % (age, window)
+    return False, "serving for %.0f s (past the load window of %d s)" % (age, window)
+
+
+def follow_state(config: Config) -> str:
+    command = [config.docker_bin, "inspect", "--format", "{{.State.Running}} {{.State.StartedAt}}", config.follow_container]
+    try:
+        proc = subprocess.run(command, capture_output=True, text=True, timeout=30, check=False)
+    except (OSError, subprocess.TimeoutExpired):
+        return ""
+    return proc.stdout if proc.returncode == 0 else ""
+
+
 def serve(config: Config, stop: threading.Event) -> int:
     """Loop until `stop` is set; return the exit status."""
     state = WatchdogState()
@@ -351,7 +415,19 @@ def serve(config: Config, stop: threading.Event) -> int:
     # check_environment() has run: meminfo parses and drop_caches is writable. Ready before the first
     # iteration, whose sync can take a while.
     sd_notify("READY=1")
+    active = None
     while not stop.is_set():
+        if config.follow_container:
+            now_active, why = in_load_window(follow_state(config), time.time(), config.follow_seconds)
+            if now_active != active:
+                log(LOG_INFO, "%s %s: %s" % ("following" if now_active else "idle until the next start of",
+                                             config.follow_container, why))
+                active = now_active
+                first = True
+            if not now_active:
+                sd_notify("STATUS=idle: %s %s" % (config.follow_container, why))
+                stop.wait(config.interval_seconds)
+                continue
         try:
             state, _ok = run_iteration(config, state, time.monotonic(), verbose=first)
         except (OSError, MeminfoError) as exc:

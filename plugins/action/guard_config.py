@@ -1,0 +1,46 @@
+# Copyright: Contributors to the dgxspark.vllm collection
+# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
+"""Action plugin for dgxspark.vllm.guard_config: the group guard's configuration document, built and checked.
+
+Runs in the controller's process and never touches a node (module_utils/_guard.py decides).
+"""
+from __future__ import annotations
+
+from typing import Any
+
+from ansible_collections.dgxspark.vllm.plugins.module_utils._guard import GuardConfigError, build_document, ssh_alias
+from ansible_collections.dgxspark.vllm.plugins.module_utils._profiles import plain
+from ansible_collections.dgxspark.vllm.plugins.plugin_utils._controller_action import (
+    ControllerAction,
+    ControllerTaskError,
+)
+
+ARGUMENT_SPEC: dict[str, Any] = dict(
+    config=dict(type="dict", required=True),
+    tunables=dict(type="dict", default={}),
+    state_path=dict(type="path", default="/var/lib/dgxspark-guard/state.json"),
+    maintenance_path=dict(type="path", default="/run/dgxspark/guard-maintenance.json"),
+)
+
+
+class ActionModule(ControllerAction):
+    argument_spec = ARGUMENT_SPEC
+
+    def run_task(self, params: dict[str, Any], check_mode: bool, diff: bool) -> dict[str, Any]:
+        cluster = plain(params["config"])
+        hostvars = self._task_vars.get("hostvars", {})
+        addresses = {}
+        for host in cluster.get("workers") or []:
+            address = hostvars[host].get("ansible_host", host) if host in hostvars else host
+            addresses[host] = str(self._templar.template(address))
+        try:
+            document = build_document(cluster, addresses, plain(params["tunables"]), params["state_path"],
+                                      params["maintenance_path"])
+        except GuardConfigError as exc:
+            raise ControllerTaskError(f"the group guard cannot be configured: {exc}", problems=exc.problems) from exc
+        workers = [{"name": host, "alias": ssh_alias(host), "address": addresses[host]} for host in addresses]
+        return {"changed": False, "document": document, "workers": workers}
+
+    def run(self, tmp: Any = None, task_vars: dict[str, Any] | None = None) -> dict[str, Any]:
+        self._task_vars = task_vars or {}
+        return super().run(tmp, task_vars)

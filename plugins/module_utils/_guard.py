@@ -1,0 +1,420 @@
+# Copyright: Contributors to the dgxspark.vllm collection
+# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
+"""Decisions of the group guard: is the serving group broken, restore it now, wait, or give up.
+
+Private to the collection; may change at any time. Pure: the daemon (roles/guard/files/dgxspark_group_guard.py,
+which runs on the head and ships this file with it) observes the ranks and the head's API and carries the
+decisions out; the guard_config action builds and checks its configuration with the same code. Standard
+library only, Python 3.8 or later: it runs on the nodes.
+
+Times are seconds since the epoch (``time.time()``): they are written to the state file and must mean the
+same after a reboot.
+"""
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from ansible_collections.dgxspark.vllm.plugins.module_utils._startup import DEFAULT_BUDGETS, StartupError, make_watch
+
+STATUSES = ("armed", "maintenance", "waiting_nodes", "restoring", "backoff", "gave_up", "disarmed")
+ROLES = ("head", "worker")
+KINDS = ("stopped", "restarted", "api", "unreachable", "absent")
+HISTORY_KEEP = 20
+
+
+class GuardConfigError(ValueError):
+    """A guard configuration that cannot be used: ``problems`` lists every problem."""
+
+    def __init__(self, problems: list[str]) -> None:
+        super().__init__("; ".join(problems))
+        self.problems = list(problems)
+
+
+@dataclass(frozen=True)
+class Rank:
+    name: str            # inventory hostname
+    role: str            # head | worker
+    docker_host: str     # "" for the head's own engine, else ssh://ALIAS (Docker's SSH transport)
+    cx7_ip: str
+
+
+@dataclass(frozen=True)
+class GuardConfig:
+    container: str
+    ranks: tuple[Rank, ...]          # the head first, then the workers in rank order
+    api_url: str                     # the head's API as the head reaches it, e.g. http://127.0.0.1:8000
+    served_model_name: str
+    state_path: str
+    maintenance_path: str
+    interval_seconds: float = 2.0           # between two looks at every rank's container
+    probe_interval_seconds: float = 10.0    # between two tiny completions on the head's API
+    probe_timeout_seconds: float = 30.0     # one request's limit
+    grace_seconds: float = 60.0             # the API failing this long while every container is Up: broken
+    stop_seconds: float = 10.0              # docker stop's SIGTERM grace, then docker kill
+    poll_seconds: float = 1.0               # between two polls while a restore waits on a rank
+    budgets: dict[str, float] = field(default_factory=lambda: dict(DEFAULT_BUDGETS))
+    peer_grace_seconds: float = 30.0
+    node_wait_seconds: float = 600.0        # how long to wait for a node's Docker to answer (after a reboot)
+    backoff_seconds: float = 10.0           # before the 2nd restore in a window; doubled for each further one
+    backoff_max_seconds: float = 900.0
+    max_failed_restores: int = 3            # failed restores in `window_seconds` before giving up
+    window_seconds: float = 3600.0
+    log_lines: int = 30
+
+    @property
+    def head(self) -> Rank:
+        return self.ranks[0]
+
+    @property
+    def workers(self) -> tuple[Rank, ...]:
+        return self.ranks[1:]
+
+
+_FLOATS = ("interval_seconds", "probe_interval_seconds", "probe_timeout_seconds", "grace_seconds", "stop_seconds",
+           "poll_seconds", "peer_grace_seconds", "node_wait_seconds", "backoff_seconds", "backoff_max_seconds",
+           "window_seconds")
+_INTS = ("max_failed_restores", "log_lines")
+_STRINGS = ("container", "api_url", "served_model_name", "state_path", "maintenance_path")
+
+
+def parse_config(data: Any) -> GuardConfig:
+    """Build a GuardConfig from its JSON document; GuardConfigError lists every problem."""
+    problems: list[str] = []
+    if not isinstance(data, dict):
+        raise GuardConfigError([f"the guard configuration must be a JSON object, got {type(data).__name__}"])
+    known = set(_FLOATS + _INTS + _STRINGS + ("ranks", "budgets"))
+    problems += [f"unknown key {key!r}" for key in sorted(data) if key not in known and not key.startswith("_")]
+    values: dict[str, Any] = {}
+    for key in _STRINGS:
+        value = data.get(key)
+        if not isinstance(value, str) or not value.strip():
+            problems.append(f"{key} must be a non-empty string, got {value!r}")
+        else:
+            values[key] = value
+    for key in _FLOATS + _INTS:
+        if key not in data:
+            continue
+        value = data[key]
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
+            problems.append(f"{key} must be a positive number, got {value!r}")
+        elif key in _INTS and int(value) != value:
+            problems.append(f"{key} must be a whole number, got {value!r}")
+        else:
+            values[key] = int(value) if key in _INTS else float(value)
+    if "budgets" in data:
+        try:
+            values["budgets"] = dict(make_watch("api_up", data["budgets"], 0.0).budgets)
+        except (StartupError, AttributeError, TypeError) as exc:
+            problems.append(f"budgets: {exc}")
+    ranks = _parse_ranks(data.get("ranks"), problems)
+    if values.get("backoff_max_seconds", 900.0) < values.get("backoff_seconds", 10.0):
+        problems.append("backoff_max_seconds must not be below backoff_seconds")
+    if problems:
+        raise GuardConfigError(problems)
+    return GuardConfig(ranks=ranks, **values)
+
+
+def _parse_ranks(raw: Any, problems: list[str]) -> tuple[Rank, ...]:
+    if not isinstance(raw, list) or len(raw) < 2:
+        problems.append(f"ranks must list the head and at least one worker, got {raw!r}")
+        return ()
+    ranks = []
+    for pos, item in enumerate(raw):
+        if not isinstance(item, dict) or not all(isinstance(item.get(k), str) for k in ("name", "role", "docker_host", "cx7_ip")):
+            problems.append(f"ranks[{pos}] must have the strings name, role, docker_host and cx7_ip, got {item!r}")
+            continue
+        rank = Rank(name=item["name"], role=item["role"], docker_host=item["docker_host"], cx7_ip=item["cx7_ip"])
+        want = "head" if pos == 0 else "worker"
+        if rank.role != want:
+            problems.append(f"ranks[{pos}] ({rank.name}) must be the {want}, got role {rank.role!r}")
+        if pos == 0 and rank.docker_host:
+            problems.append(f"the head ({rank.name}) is the guard's own node: its docker_host must be empty")
+        if pos > 0 and not rank.docker_host.startswith("ssh://"):
+            problems.append(f"worker {rank.name}: docker_host must be ssh://... (Docker's SSH transport), "
+                            f"got {rank.docker_host!r}")
+        ranks.append(rank)
+    names = [rank.name for rank in ranks]
+    if len(set(names)) != len(names):
+        problems.append(f"ranks name a host twice: {names}")
+    return tuple(ranks)
+
+
+# ------------------------------------------------------------------------------------------------ observing
+
+@dataclass(frozen=True)
+class RankObservation:
+    """One look at one rank's serve container (``docker inspect`` on its node)."""
+
+    name: str
+    reachable: bool = True       # the node's Docker answered
+    error: str = ""              # why it did not
+    exists: bool = True
+    running: bool = False
+    paused: bool = False
+    started_at: str = ""         # Docker's State.StartedAt
+    exit_code: int | None = None
+
+
+@dataclass(frozen=True)
+class Finding:
+    """Why the group is broken."""
+
+    kind: str        # one of KINDS
+    rank: str
+    reason: str
+
+
+def state_from_inspect(name: str, state: dict[str, Any]) -> RankObservation:
+    """A RankObservation from ``docker inspect --format '{{json .State}}'``."""
+    return RankObservation(name=name, exists=True, running=bool(state.get("Running")), paused=bool(state.get("Paused")),
+                           started_at=str(state.get("StartedAt") or ""), exit_code=state.get("ExitCode"))
+
+
+def assess(config: GuardConfig, baseline: dict[str, str], ranks: list[RankObservation],
+           api_failing_since: float | None, api_detail: str, now: float) -> Finding | None:
+    """The first reason the group is broken (ranks in rank order), or None when it serves.
+
+    Broken: a node's Docker does not answer; a serve container is gone, or not running; a rank started again
+    since the group was (its StartedAt differs from the baseline: a rank restarted alone cannot rejoin its
+    group); the head's API failing for ``grace_seconds`` or longer while every container runs (a hung collective,
+    a frozen rank).
+    """
+    for obs in ranks:
+        if not obs.reachable:
+            return Finding("unreachable", obs.name, f"Docker on {obs.name} does not answer: {obs.error}")
+    for obs in ranks:
+        if not obs.exists:
+            return Finding("absent", obs.name, f"the serve container {config.container} is gone from {obs.name}: the "
+                                               "guard creates nothing; run the launch (playbooks/launch.yml)")
+        if not obs.running:
+            code = "" if obs.exit_code is None else f" (exit code {obs.exit_code})"
+            return Finding("stopped", obs.name, f"the serve container on {obs.name} is not running{code}")
+    for obs in ranks:
+        known = baseline.get(obs.name)
+        if known and obs.started_at and obs.started_at != known:
+            return Finding("restarted", obs.name, f"the serve container on {obs.name} started again on its own at "
+                                                  f"{obs.started_at} (the group started it at {known}): a rank "
+                                                  "restarted alone cannot rejoin its group")
+    if api_failing_since is not None and now - api_failing_since >= config.grace_seconds:
+        return Finding("api", config.head.name, f"the head's API has been failing for {now - api_failing_since:.0f} s "
+                                                f"(grace {config.grace_seconds:.0f} s) while every container runs: "
+                                                f"{api_detail}")
+    return None
+
+
+# ------------------------------------------------------------------------------------------------ deciding
+
+@dataclass
+class GuardState:
+    """What the guard remembers (the state file, also read by status.yml)."""
+
+    status: str = "armed"
+    since: float = 0.0
+    detail: str = ""
+    baseline: dict[str, str] = field(default_factory=dict)
+    attempts: list[dict[str, Any]] = field(default_factory=list)    # restores, newest last (at most HISTORY_KEEP)
+    restores_total: int = 0
+    restores_failed_total: int = 0
+    last_restore: dict[str, Any] | None = None
+    gave_up: dict[str, Any] | None = None
+    maintenance: dict[str, Any] | None = None
+    next_attempt_at: float = 0.0
+    updated_at: float = 0.0
+
+    def to_json(self) -> str:
+        return json.dumps(asdict(self), indent=2, sort_keys=True)
+
+
+def state_from_json(text: str) -> GuardState:
+    """The state file's GuardState; an unreadable one gives a fresh state (the guard re-arms from what it sees)."""
+    try:
+        data = json.loads(text)
+    except ValueError:
+        return GuardState()
+    if not isinstance(data, dict):
+        return GuardState()
+    known = GuardState.__dataclass_fields__
+    state = GuardState(**{key: value for key, value in data.items() if key in known})
+    if state.status not in STATUSES:
+        state.status = "armed"
+    return state
+
+
+def set_status(state: GuardState, status: str, detail: str, now: float) -> bool:
+    """Change the status; True when it changed (status or detail)."""
+    if status not in STATUSES:
+        raise ValueError(f"unknown guard status {status!r}")
+    changed = state.status != status or state.detail != detail
+    if state.status != status:
+        state.since = now
+    state.status, state.detail, state.updated_at = status, detail, now
+    return changed
+
+
+def failed_in_window(state: GuardState, config: GuardConfig, now: float) -> list[dict[str, Any]]:
+    """The failed restores that count towards giving up (in the window, not before the last arm)."""
+    return [a for a in _in_window(state, config, now) if not a.get("ok")]
+
+
+def _in_window(state: GuardState, config: GuardConfig, now: float) -> list[dict[str, Any]]:
+    return [a for a in state.attempts
+            if not a.get("window_reset") and now - float(a.get("started_at", 0)) < config.window_seconds]
+
+
+def backoff(state: GuardState, config: GuardConfig, now: float) -> float:
+    """Seconds to wait after the last restore before the next: 0 for the first in a window, then
+    backoff_seconds doubled for each further restore in the window, at most backoff_max_seconds."""
+    recent = _in_window(state, config, now)
+    if not recent:
+        return 0.0
+    return min(config.backoff_max_seconds, config.backoff_seconds * 2 ** (len(recent) - 1))
+
+
+def decide(state: GuardState, config: GuardConfig, finding: Finding | None, now: float) -> str:
+    """What to do about a finding: ok | wait_nodes | give_up | backoff | restore."""
+    if finding is None:
+        return "ok"
+    if finding.kind == "unreachable":
+        return "wait_nodes"
+    if finding.kind == "absent":
+        return "give_up"
+    if len(failed_in_window(state, config, now)) >= config.max_failed_restores:
+        return "give_up"
+    recent = _in_window(state, config, now)
+    if recent:
+        wait = backoff(state, config, now) - (now - float(recent[-1].get("finished_at") or now))
+        if wait > 0:
+            state.next_attempt_at = now + wait
+            return "backoff"
+    return "restore"
+
+
+def record_restore(state: GuardState, config: GuardConfig, record: dict[str, Any]) -> None:
+    """Remember one restore (ok or not): history, counters, last_restore; a success takes a new baseline."""
+    state.attempts = (state.attempts + [record])[-HISTORY_KEEP:]
+    state.restores_total += 1
+    if not record.get("ok"):
+        state.restores_failed_total += 1
+    state.last_restore = record
+    if record.get("ok") and record.get("baseline"):
+        state.baseline = dict(record["baseline"])
+
+
+def give_up_record(state: GuardState, config: GuardConfig, finding: Finding, now: float) -> dict[str, Any]:
+    """Why the guard stops trying: the finding, or the failed restores in the window with the last one's cause."""
+    failed = failed_in_window(state, config, now)
+    if finding.kind == "absent" or not failed:
+        why = finding.reason
+    else:
+        last = failed[-1]
+        why = (f"{len(failed)} restores failed within {config.window_seconds:.0f} s; the last one failed at "
+               f"{last.get('failed_rank') or '?'} in phase {last.get('failed_phase') or '?'}: {last.get('error')}")
+    last_lines = failed[-1].get("last_lines", []) if failed else []
+    return {"at": now, "finding": asdict(finding), "reason": why, "last_lines": last_lines,
+            "fix": "find the cause in the reason and the last lines, then run the launch (playbooks/launch.yml), "
+                   "which re-arms the guard"}
+
+
+def arm(state: GuardState, baseline: dict[str, str], now: float, holder: str) -> None:
+    """Armed by the launch: the group serves with these containers' starts; failures and give-up forgotten."""
+    state.baseline = dict(baseline)
+    state.gave_up = None
+    state.maintenance = None
+    state.next_attempt_at = 0.0
+    state.attempts = [dict(a, window_reset=True) for a in state.attempts]
+    set_status(state, "armed", f"armed by {holder}", now)
+
+
+# ------------------------------------------------------------------------------------------------ maintenance
+
+def maintenance_document(holder: str, now: float, ttl_seconds: float) -> dict[str, Any]:
+    if ttl_seconds <= 0:
+        raise ValueError(f"the maintenance lock's ttl must be positive, got {ttl_seconds!r}")
+    return {"holder": holder, "since": now, "expires_at": now + ttl_seconds}
+
+
+def maintenance_active(text: str | None, now: float) -> dict[str, Any] | None:
+    """The maintenance lock when it holds (present, readable, not expired); None otherwise.
+
+    A lock that cannot be read counts as held for one hour from now: better idle than fight an Ansible run."""
+    if text is None:
+        return None
+    try:
+        data = json.loads(text)
+        expires = float(data["expires_at"])
+    except (ValueError, KeyError, TypeError):
+        return {"holder": "an unreadable lock file", "since": now, "expires_at": now + 3600.0}
+    if expires <= now:
+        return None
+    return {"holder": str(data.get("holder", "?")), "since": float(data.get("since", now)), "expires_at": expires}
+
+
+# ------------------------------------------------------------------------------------------------ configuring
+
+TUNABLES = ("interval_seconds", "probe_interval_seconds", "probe_timeout_seconds", "grace_seconds", "stop_seconds",
+            "poll_seconds", "peer_grace_seconds", "node_wait_seconds", "backoff_seconds", "backoff_max_seconds",
+            "max_failed_restores", "window_seconds", "log_lines", "budgets")
+
+
+def ssh_alias(host: str) -> str:
+    """The Host alias of a worker in the guard's own ssh_config."""
+    return "dgxspark-guard-" + "".join(ch if ch.isalnum() or ch in "-." else "-" for ch in host)
+
+
+def build_document(cluster: dict[str, Any], addresses: dict[str, str], tunables: dict[str, Any], state_path: str,
+                   maintenance_path: str) -> dict[str, Any]:
+    """The guard's configuration document from the resolved cluster configuration (dgxspark_vllm_config), each
+    worker's management address and the guard role's tunables; GuardConfigError when it cannot be used."""
+    problems = [f"unknown guard setting {key!r} (known: {', '.join(TUNABLES)})" for key in tunables if key not in TUNABLES]
+    workers = list(cluster.get("workers") or [])
+    problems += [f"no management address for worker {host} (its ansible_host)" for host in workers
+                 if not addresses.get(host)]
+    if problems:
+        raise GuardConfigError(problems)
+    nodes = cluster["nodes"]
+    head = cluster["head"]
+    ranks = [{"name": head, "role": "head", "docker_host": "", "cx7_ip": nodes[head]["cx7_ip"]}]
+    ranks += [{"name": host, "role": "worker", "docker_host": "ssh://" + ssh_alias(host), "cx7_ip": nodes[host]["cx7_ip"]}
+              for host in workers]
+    doc: dict[str, Any] = {
+        "_comment": "Managed by Ansible (role dgxspark.vllm.guard): local changes are overwritten.",
+        "container": cluster["container_name"],
+        "ranks": ranks,
+        "api_url": f"http://127.0.0.1:{cluster['port']}",
+        "served_model_name": cluster["served_model_name"],
+        "state_path": state_path,
+        "maintenance_path": maintenance_path,
+    }
+    doc.update({key: value for key, value in tunables.items() if value is not None})
+    parse_config(doc)
+    return doc
+
+
+def iso(epoch: float) -> str:
+    """UTC time of an epoch second, ISO 8601."""
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(epoch))
+
+
+def describe(state: GuardState | None, lock: dict[str, Any] | None) -> str:
+    """One line for status.yml: armed / in maintenance / restoring / gave up, the last restore, how many."""
+    if state is None:
+        return "installed, never armed (the launch arms it once the group serves)"
+    if lock is not None and state.status != "disarmed":
+        head = f"IN MAINTENANCE (held by {lock['holder']} until {iso(lock['expires_at'])}): restores nothing"
+    elif state.status == "gave_up":
+        reason = (state.gave_up or {}).get("reason", state.detail)
+        head = f"GAVE UP at {iso((state.gave_up or {}).get('at', state.since))}: {reason}"
+    else:
+        head = f"{state.status.upper() if state.status != 'armed' else 'armed'} since {iso(state.since)}" + (
+            f" ({state.detail})" if state.detail else "")
+    last = state.last_restore
+    if last:
+        result = "ok" if last.get("ok") else f"FAILED at {last.get('failed_rank')} in {last.get('failed_phase')}: {last.get('error')}"
+        tail = (f"; last restore {iso(last['started_at'])}, {last.get('duration_seconds', '?')} s, {result}, "
+                f"because {last.get('reason')}")
+    else:
+        tail = "; no restore yet"
+    return f"{head}{tail}; restores: {state.restores_total} ({state.restores_failed_total} failed)"

@@ -1,0 +1,650 @@
+# Copyright: Contributors to the dgxspark.vllm collection
+# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
+"""Group guard for a vLLM tensor-parallel group across DGX Spark nodes (role dgxspark.vllm.guard).
+
+Runs on the head as a systemd service. It watches every rank's serve container and the head's API and, when
+the group is broken, restores it in the recipe's order: stop the head (bounded, then killed), then every
+worker; start the workers' existing containers and wait until each reached its rendezvous; start the head and
+wait until it serves. It creates and renders nothing: it starts and stops the containers the launch created.
+The workers' Docker engines are reached through Docker's own SSH transport (DOCKER_HOST=ssh://...), with a
+key each worker accepts for ``docker system dial-stdio`` only.
+
+Standard library only, Python 3.8 or later. The decisions (broken or not, restore, back off, give up) and
+the startup phases come from the collection's module_utils, installed next to this file.
+
+Sub-commands: ``run`` (the service), ``arm``, ``disarm``, ``maintenance``, ``release``, ``status``,
+``check-config``. Exit status: 0 success, 1 an operation failed, 2 bad configuration.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+import urllib.error
+import urllib.request
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+# pylint: disable=wrong-import-position
+from ansible_collections.dgxspark.vllm.plugins.module_utils import _guard as G  # noqa: E402
+from ansible_collections.dgxspark.vllm.plugins.module_utils._docker_logs import (  # noqa: E402
+    DockerLogsError, read_container_logs,
+)
+from ansible_collections.dgxspark.vllm.plugins.module_utils._startup import (  # noqa: E402
+    Observation, established_peers, make_watch, step,
+)
+from ansible_collections.dgxspark.vllm.plugins.module_utils._vllm_log import parse_log  # noqa: E402
+
+LOG_ERR, LOG_WARNING, LOG_NOTICE, LOG_INFO = 3, 4, 5, 6
+EXIT_OK, EXIT_FAILED, EXIT_CONFIG = 0, 1, 2
+SSH_WRAPPER_DIR = "bin"   # next to this file: an `ssh` that adds the guard's own ssh_config (-F)
+
+
+def log(priority: int, message: str) -> None:
+    sys.stdout.write("<%d>%s\n" % (priority, message))
+    sys.stdout.flush()
+
+
+def sd_notify(message: str) -> None:
+    address = os.environ.get("NOTIFY_SOCKET")
+    if not address:
+        return
+    if address.startswith("@"):
+        address = "\0" + address[1:]
+    try:
+        with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as sock:
+            sock.connect(address)
+            sock.sendall(message.encode("utf-8"))
+    except OSError:
+        pass
+
+
+# ------------------------------------------------------------------------------------------------ Docker
+
+class Docker:
+    """The docker CLI against one node's engine (local, or ssh:// through Docker's SSH transport)."""
+
+    def __init__(self, rank: G.Rank, timeout: float = 30.0, runner=None) -> None:
+        self.rank = rank
+        self.timeout = timeout
+        self._runner = runner or self._subprocess
+
+    def _env(self) -> dict:
+        env = dict(os.environ)
+        here = os.path.dirname(os.path.abspath(__file__))
+        env["PATH"] = os.path.join(here, SSH_WRAPPER_DIR) + os.pathsep + env.get("PATH", "/usr/bin:/bin")
+        if self.rank.docker_host:
+            env["DOCKER_HOST"] = self.rank.docker_host
+        else:
+            env.pop("DOCKER_HOST", None)
+        return env
+
+    def _subprocess(self, argv: list, timeout: float) -> tuple:
+        try:
+            proc = subprocess.run(argv, capture_output=True, text=True, timeout=timeout, env=self._env(), check=False)
+        except subprocess.TimeoutExpired:
+            return 124, "", "%s timed out after %g s" % (" ".join(argv[:3]), timeout)
+        except OSError as exc:
+            return 127, "", str(exc)
+        return proc.returncode, proc.stdout, proc.stderr
+
+    def run(self, *args: str, timeout: float | None = None) -> tuple:
+        return self._runner(["docker"] + list(args), timeout or self.timeout)
+
+    def run_command(self, argv: list) -> tuple:
+        """AnsibleModule.run_command's shape, for _docker_logs.read_container_logs."""
+        return self._runner(argv, self.timeout)
+
+    def inspect(self, name: str) -> G.RankObservation:
+        rc, out, err = self.run("inspect", "--format", "{{json .State}}", name)
+        if rc != 0:
+            if "No such" in err or "no such" in err:
+                return G.RankObservation(name=self.rank.name, exists=False)
+            return G.RankObservation(name=self.rank.name, reachable=False, exists=False,
+                                     error=(err.strip() or "docker exit code %d" % rc)[-300:])
+        try:
+            return G.state_from_inspect(self.rank.name, json.loads(out))
+        except ValueError:
+            return G.RankObservation(name=self.rank.name, reachable=False, exists=False, error="unreadable inspect output")
+
+    def env_value(self, name: str, key: str) -> str | None:
+        rc, out, _err = self.run("inspect", "--format", "{{json .Config.Env}}", name)
+        if rc != 0:
+            return None
+        try:
+            for item in json.loads(out) or []:
+                if item.startswith(key + "="):
+                    return item[len(key) + 1:]
+        except ValueError:
+            return None
+        return None
+
+    def logs(self, name: str, since: str | None = None) -> str:
+        try:
+            return read_container_logs(self.run_command, name, since=since)
+        except DockerLogsError as exc:
+            return "(no log: %s)" % exc
+
+    def stop(self, name: str, grace: float) -> str | None:
+        """Stop, bounded: SIGTERM with `grace` seconds, then SIGKILL. A paused container is unpaused first
+        (a frozen process cannot take the signal). None when it no longer runs, else why."""
+        obs = self.inspect(name)
+        if not obs.reachable:
+            return obs.error
+        if not obs.exists or not obs.running:
+            return None
+        if obs.paused:
+            self.run("unpause", name)
+        self.run("stop", "--time", str(int(grace)), name, timeout=grace + 30)
+        obs = self.inspect(name)
+        if obs.running:
+            self.run("kill", name)
+            obs = self.inspect(name)
+        if obs.running:
+            return "the serve container on %s still runs after docker stop and docker kill" % self.rank.name
+        return None
+
+    def start(self, name: str) -> str | None:
+        rc, _out, err = self.run("start", name, timeout=120)
+        return None if rc == 0 else (err.strip() or "docker start exit code %d" % rc)[-500:]
+
+
+# ------------------------------------------------------------------------------------------------ API
+
+class ApiProbe(threading.Thread):
+    """Asks the head's API, every probe interval, for /health and then a one-token completion; remembers since
+    when it fails. Paused while a restore runs."""
+
+    def __init__(self, config: G.GuardConfig, head: Docker) -> None:
+        super().__init__(daemon=True, name="api-probe")
+        self.config = config
+        self.head = head
+        self.lock = threading.Lock()
+        self.failing_since: float | None = None
+        self.detail = ""
+        self.last_ok: float | None = None
+        self._paused = threading.Event()
+        self._stop = threading.Event()
+        self._key: str | None = None
+
+    def pause(self) -> None:
+        self._paused.set()
+        with self.lock:
+            self.failing_since, self.detail = None, ""
+        self._key = None
+
+    def resume(self) -> None:
+        with self.lock:
+            self.failing_since, self.detail = None, ""
+        self._paused.clear()
+
+    def stop(self) -> None:
+        self._stop.set()
+
+    def snapshot(self) -> tuple:
+        with self.lock:
+            return self.failing_since, self.detail
+
+    def _request(self, path: str, body: dict | None) -> tuple:
+        headers = {"Content-Type": "application/json"}
+        if self._key is None:
+            self._key = self.head.env_value(self.config.container, "VLLM_API_KEY") or ""
+        if self._key:
+            headers["Authorization"] = "Bearer " + self._key
+        data = json.dumps(body).encode() if body is not None else None
+        request = urllib.request.Request(self.config.api_url + path, data=data, headers=headers)
+        opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))   # never through a proxy
+        try:
+            with opener.open(request, timeout=self.config.probe_timeout_seconds) as response:
+                return response.status, response.read(4096).decode("utf-8", "replace")
+        except urllib.error.HTTPError as exc:
+            if exc.code in (401, 403):
+                self._key = None    # the container may have been recreated with another key
+            return exc.code, str(exc)
+        except (urllib.error.URLError, OSError, ValueError) as exc:
+            return None, str(getattr(exc, "reason", exc))
+
+    def probe_once(self) -> tuple:
+        """(ok, detail) of /health then a one-token completion."""
+        status, text = self._request("/health", None)
+        if status != 200:
+            return False, "GET /health: %s" % (status if status is not None else text)
+        body = {"model": self.config.served_model_name, "prompt": "1", "max_tokens": 1, "temperature": 0}
+        started = time.monotonic()
+        status, text = self._request("/v1/completions", body)
+        if status != 200:
+            return False, "POST /v1/completions (1 token): %s after %.0f s" % (
+                status if status is not None else text, time.monotonic() - started)
+        return True, "ok"
+
+    def run(self) -> None:
+        while not self._stop.is_set():
+            if not self._paused.is_set():
+                ok, detail = self.probe_once()
+                now = time.time()
+                with self.lock:
+                    if self._paused.is_set():
+                        pass
+                    elif ok:
+                        self.failing_since, self.detail, self.last_ok = None, "", now
+                    else:
+                        if self.failing_since is None:
+                            self.failing_since = now
+                            log(LOG_WARNING, "the head's API failed: %s (broken after %.0f s of this)"
+                                % (detail, self.config.grace_seconds))
+                        self.detail = detail
+            self._stop.wait(self.config.probe_interval_seconds)
+
+
+# ------------------------------------------------------------------------------------------------ files
+
+def read_text(path: str) -> str | None:
+    try:
+        with open(path, encoding="utf-8") as handle:
+            return handle.read()
+    except FileNotFoundError:
+        return None
+
+
+def write_atomic(path: str, text: str, mode: int = 0o644) -> None:
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    tmp = "%s.%d.tmp" % (path, os.getpid())
+    with open(tmp, "w", encoding="utf-8") as handle:
+        handle.write(text)
+    os.chmod(tmp, mode)
+    os.replace(tmp, path)
+
+
+class StateFile:
+    """The state file, re-read when another process (arm, disarm) wrote it since this one did."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+        self.mine: tuple | None = None
+        self.state = self.load()
+
+    def _stamp(self) -> tuple | None:
+        try:
+            st = os.stat(self.path)
+        except FileNotFoundError:
+            return None
+        return st.st_mtime_ns, st.st_ino, st.st_size
+
+    def load(self) -> G.GuardState:
+        text = read_text(self.path)
+        self.mine = self._stamp()
+        return G.state_from_json(text) if text else G.GuardState(status="armed")
+
+    def refresh(self) -> bool:
+        if self._stamp() != self.mine:
+            self.state = self.load()
+            return True
+        return False
+
+    def save(self) -> None:
+        self.state.updated_at = time.time()
+        write_atomic(self.path, self.state.to_json() + "\n")
+        self.mine = self._stamp()
+
+
+# ------------------------------------------------------------------------------------------------ the guard
+
+class Guard:
+    def __init__(self, config: G.GuardConfig, docker_factory=Docker, clock=time.time, sleep=time.sleep,
+                 proc_net_tcp=None) -> None:
+        self.config = config
+        self.nodes = {rank.name: docker_factory(rank) for rank in config.ranks}
+        self.clock = clock
+        self.sleep = sleep
+        self.proc_net_tcp = proc_net_tcp or (lambda: read_text("/proc/net/tcp") or "")
+        self.files = StateFile(config.state_path)
+        self.probe: ApiProbe | None = None
+        self.stopping = threading.Event()
+        self.unreachable_since: float | None = None
+
+    # -- observing
+    def observe(self) -> list:
+        return [self.nodes[rank.name].inspect(self.config.container) for rank in self.config.ranks]
+
+    def baseline(self, observed: list) -> dict:
+        return {obs.name: obs.started_at for obs in observed}
+
+    def maintenance(self) -> dict | None:
+        return G.maintenance_active(read_text(self.config.maintenance_path), self.clock())
+
+    # -- one pass of the loop
+    def tick(self) -> str:
+        state = self.files.state
+        if self.files.refresh():
+            state = self.files.state
+            log(LOG_INFO, "state file changed (%s): %s" % (state.status, state.detail))
+            if self.probe:
+                self.probe.resume()
+        now = self.clock()
+        if state.status in ("disarmed", "gave_up"):
+            return state.status
+        lock = self.maintenance()
+        if lock is not None:
+            state.maintenance = lock
+            if G.set_status(state, "maintenance", "held by %s until %s" % (lock["holder"], G.iso(lock["expires_at"])), now):
+                log(LOG_NOTICE, "maintenance: %s; the guard does nothing until it is released or expires" % state.detail)
+                self.files.save()
+                if self.probe:
+                    self.probe.pause()
+            return "maintenance"
+        if state.status == "maintenance":
+            # released without an arm (staging alone): take what serves now as the group
+            observed = self.observe()
+            if all(o.reachable and o.running for o in observed):
+                state.baseline = self.baseline(observed)
+            state.maintenance = None
+            G.set_status(state, "armed", "maintenance over", now)
+            log(LOG_NOTICE, "maintenance over: watching the group again")
+            self.files.save()
+            if self.probe:
+                self.probe.resume()
+        observed = self.observe()
+        failing_since, detail = self.probe.snapshot() if self.probe else (None, "")
+        if not state.baseline and all(o.reachable and o.running for o in observed):
+            state.baseline = self.baseline(observed)
+            self.files.save()
+        finding = G.assess(self.config, state.baseline, observed, failing_since, detail, now)
+        action = G.decide(state, self.config, finding, now)
+        if action == "ok":
+            self.unreachable_since = None
+            if state.status != "armed":
+                G.set_status(state, "armed", "serving", now)
+                self.files.save()
+            sd_notify("STATUS=armed: the group serves")
+            return "ok"
+        if action == "wait_nodes":
+            if self.unreachable_since is None:
+                self.unreachable_since = now
+                G.set_status(state, "waiting_nodes", finding.reason, now)
+                log(LOG_WARNING, "waiting up to %.0f s for every node's Docker: %s" % (self.config.node_wait_seconds, finding.reason))
+                self.files.save()
+            if now - self.unreachable_since > self.config.node_wait_seconds:
+                self.give_up(G.Finding("unreachable", finding.rank, "%s (waited %.0f s)" % (finding.reason, now - self.unreachable_since)), now)
+                return "gave_up"
+            return "wait_nodes"
+        self.unreachable_since = None
+        if action == "give_up":
+            self.give_up(finding, now)
+            return "gave_up"
+        if action == "backoff":
+            if G.set_status(state, "backoff", "%s; next restore at %s" % (finding.reason, G.iso(state.next_attempt_at)), now):
+                log(LOG_WARNING, "broken (%s), backing off until %s" % (finding.reason, G.iso(state.next_attempt_at)))
+                self.files.save()
+            return "backoff"
+        self.restore(finding)
+        return "restored" if state.last_restore and state.last_restore.get("ok") else "restore_failed"
+
+    def give_up(self, finding: G.Finding, now: float) -> None:
+        state = self.files.state
+        state.gave_up = G.give_up_record(state, self.config, finding, now)
+        G.set_status(state, "gave_up", state.gave_up["reason"], now)
+        log(LOG_ERR, "GAVE UP: %s. Fix: %s" % (state.gave_up["reason"], state.gave_up["fix"]))
+        for line in state.gave_up.get("last_lines", [])[-10:]:
+            log(LOG_ERR, "  | %s" % line)
+        self.files.save()
+        sd_notify("STATUS=gave up: %s" % state.gave_up["reason"][:200])
+
+    # -- restoring
+    def stop_group(self) -> str | None:
+        """Head first, then every worker: a headless worker does not exit when its head dies."""
+        errors = []
+        for rank in self.config.ranks:
+            error = self.nodes[rank.name].stop(self.config.container, self.config.stop_seconds)
+            if error:
+                errors.append("%s: %s" % (rank.name, error))
+        return "; ".join(errors) or None
+
+    def _wait(self, ranks: list, target: str, peers: list, started: dict, record: dict) -> bool:
+        """Wait until every rank in `ranks` reached `target`; on failure fill record and return False."""
+        t0 = self.clock()
+        watches = {rank.name: make_watch(target, self.config.budgets, t0, peers if rank.role == "head" else None,
+                                         self.config.peer_grace_seconds) for rank in ranks}
+        pending = {rank.name for rank in ranks}
+        while pending:
+            if self.stopping.is_set():
+                record.update(failed_rank=sorted(pending)[0], failed_phase=target, error="the guard is stopping")
+                return False
+            for rank in ranks:
+                if rank.name not in pending:
+                    continue
+                node = self.nodes[rank.name]
+                obs = node.inspect(self.config.container)
+                if not obs.reachable:
+                    record.update(failed_rank=rank.name, failed_phase=target, error=obs.error)
+                    return False
+                report = parse_log(node.logs(self.config.container, since=started.get(rank.name))) if obs.exists else None
+                connected = established_peers(self.proc_net_tcp(), peers) if peers and rank.role == "head" else frozenset()
+                verdict = step(watches[rank.name], Observation(
+                    now=self.clock(), exists=obs.exists, running=obs.running, exit_code=obs.exit_code,
+                    phase=report.phase if report and (obs.running or report.phase != "container_started") else None,
+                    engine_error=report.engine_error if report else None, peers_connected=connected))
+                record.setdefault("phases", {}).setdefault(rank.name, {}).update(
+                    {k: round(v - record["started_at"], 1) for k, v in verdict.phase_reached_at.items()})
+                if verdict.status == "failed":
+                    record.update(failed_rank=rank.name, failed_phase=verdict.phase or "container_started",
+                                  error=verdict.reason)
+                    return False
+                if verdict.status == "done":
+                    pending.discard(rank.name)
+                    log(LOG_INFO, "restore: %s reached %s after %.1f s" % (rank.name, target, self.clock() - record["started_at"]))
+            if pending:
+                self.sleep(self.config.poll_seconds)
+        return True
+
+    def _serves(self, record: dict) -> bool:
+        """The head answers a completion (bounded by the api_up budget)."""
+        if self.probe is None:
+            return True
+        deadline = self.clock() + self.config.budgets.get("api_up", 900.0)
+        while True:
+            ok, detail = self.probe.probe_once()
+            if ok:
+                return True
+            if self.clock() > deadline or self.stopping.is_set():
+                record.update(failed_rank=self.config.head.name, failed_phase="api_up", error="the head does not "
+                              "answer a completion: %s" % detail)
+                return False
+            self.sleep(self.config.poll_seconds)
+
+    def restore(self, finding: G.Finding) -> dict:
+        state = self.files.state
+        started = self.clock()
+        record = {"started_at": started, "kind": finding.kind, "rank": finding.rank, "reason": finding.reason, "ok": False}
+        if self.probe:
+            self.probe.pause()
+        G.set_status(state, "restoring", finding.reason, started)
+        log(LOG_WARNING, "RESTORE: %s; stopping the head, then the workers" % finding.reason)
+        self.files.save()
+        sd_notify("STATUS=restoring: %s" % finding.reason[:200])
+        ok = self._restore_steps(record)
+        record["finished_at"] = self.clock()
+        record["duration_seconds"] = round(record["finished_at"] - started, 1)
+        if ok:
+            record["ok"] = True
+            record["baseline"] = self.baseline(self.observe())
+            log(LOG_NOTICE, "RESTORED in %.1f s: the group serves again (%s)" % (record["duration_seconds"], finding.reason))
+        else:
+            node = self.nodes.get(record.get("failed_rank") or "")
+            if node is not None:
+                lines = [line for line in node.logs(self.config.container).splitlines() if line.strip()]
+                record["last_lines"] = lines[-self.config.log_lines:]
+            log(LOG_ERR, "restore FAILED after %.1f s at %s in phase %s: %s" % (
+                record["duration_seconds"], record.get("failed_rank"), record.get("failed_phase"), record.get("error")))
+            for line in record.get("last_lines", [])[-10:]:
+                log(LOG_ERR, "  | %s" % line)
+            error = self.stop_group()   # never one rank left running alone
+            if error:
+                log(LOG_ERR, "stopping the group after the failed restore: %s" % error)
+        G.record_restore(state, self.config, record)
+        G.set_status(state, "armed" if ok else "backoff", "restored" if ok else "restore failed: %s" % record.get("error"),
+                     self.clock())
+        self.files.save()
+        if self.probe:
+            self.probe.resume()
+        return record
+
+    def _restore_steps(self, record: dict) -> bool:
+        error = self.stop_group()
+        if error:
+            record.update(failed_rank=None, failed_phase="stop", error=error)
+            return False
+        started: dict = {}
+        for rank in self.config.workers:
+            error = self.nodes[rank.name].start(self.config.container)
+            if error:
+                record.update(failed_rank=rank.name, failed_phase="container_started", error=error)
+                return False
+            started[rank.name] = self.nodes[rank.name].inspect(self.config.container).started_at or None
+        log(LOG_INFO, "restore: workers started; waiting for their rendezvous")
+        if not self._wait(list(self.config.workers), "rendezvous", [], started, record):
+            return False
+        head = self.config.head
+        error = self.nodes[head.name].start(self.config.container)
+        if error:
+            record.update(failed_rank=head.name, failed_phase="container_started", error=error)
+            return False
+        started[head.name] = self.nodes[head.name].inspect(self.config.container).started_at or None
+        log(LOG_INFO, "restore: head started; waiting until it serves")
+        peers = [rank.cx7_ip for rank in self.config.workers]
+        if not self._wait([head], "api_up", peers, started, record):
+            return False
+        return self._serves(record)
+
+    # -- the service
+    def serve(self) -> int:
+        self.probe = ApiProbe(self.config, self.nodes[self.config.head.name])
+        self.probe.start()
+        sd_notify("READY=1")
+        log(LOG_INFO, "dgxspark-group-guard watching %s on %s" % (
+            self.config.container, ", ".join("%s (%s)" % (r.name, r.role) for r in self.config.ranks)))
+        while not self.stopping.is_set():
+            try:
+                self.tick()
+            except Exception as exc:  # pylint: disable=broad-except
+                log(LOG_ERR, "guard loop error: %s: %s" % (type(exc).__name__, exc))
+            self.stopping.wait(self.config.interval_seconds)
+        self.probe.stop()
+        return EXIT_OK
+
+    # -- commands from Ansible
+    def arm(self, holder: str) -> dict:
+        observed = self.observe()
+        missing = [o for o in observed if not (o.reachable and o.exists and o.running)]
+        if missing:
+            raise RuntimeError("cannot arm: %s" % "; ".join(
+                "%s: %s" % (o.name, o.error or ("absent" if not o.exists else "not running")) for o in missing))
+        state = self.files.state
+        before = (state.status, dict(state.baseline))
+        G.arm(state, self.baseline(observed), self.clock(), holder)
+        changed = before != (state.status, state.baseline)
+        try:
+            os.unlink(self.config.maintenance_path)
+        except FileNotFoundError:
+            pass
+        if changed or not os.path.exists(self.config.state_path):
+            self.files.save()
+        return {"changed": changed, "status": state.status, "baseline": state.baseline}
+
+    def disarm(self, holder: str) -> dict:
+        state = self.files.state
+        changed = G.set_status(state, "disarmed", "disarmed by %s" % holder, self.clock()) if state.status != "disarmed" else False
+        if changed:
+            self.files.save()
+        return {"changed": changed, "status": state.status}
+
+
+def status_document(config: G.GuardConfig, now: float) -> dict:
+    text = read_text(config.state_path)
+    state = G.state_from_json(text) if text else None
+    lock = G.maintenance_active(read_text(config.maintenance_path), now)
+    doc = {"state_file": config.state_path, "installed": True, "state": json.loads(state.to_json()) if state else None,
+           "maintenance": lock, "now": now, "summary": G.describe(state, lock),
+           "gave_up": bool(state and state.status == "gave_up")}
+    if state is not None and lock is not None and state.status not in ("disarmed",):
+        doc["state"]["status"] = "maintenance"
+    return doc
+
+
+def load_config(path: str) -> G.GuardConfig:
+    text = read_text(path)
+    if text is None:
+        raise G.GuardConfigError(["no configuration file at %s" % path])
+    try:
+        return G.parse_config(json.loads(text))
+    except ValueError as exc:
+        if isinstance(exc, G.GuardConfigError):
+            raise
+        raise G.GuardConfigError(["%s is not valid JSON: %s" % (path, exc)]) from exc
+
+
+def main(argv: list | None = None) -> int:
+    parser = argparse.ArgumentParser(description="Keep a vLLM TP group serving, restored in order (dgxspark.vllm).")
+    parser.add_argument("--config", default="/etc/dgxspark/guard.json")
+    sub = parser.add_subparsers(dest="command")
+    sub.add_parser("run", help="the service (default)")
+    for name in ("arm", "disarm", "maintenance"):
+        cmd = sub.add_parser(name)
+        cmd.add_argument("--holder", default="ansible")
+        if name == "maintenance":
+            cmd.add_argument("--ttl", type=float, required=True, help="seconds until the lock expires by itself")
+    sub.add_parser("release")
+    sub.add_parser("status")
+    sub.add_parser("check-config")
+    args = parser.parse_args(argv)
+    try:
+        config = load_config(args.config)
+    except G.GuardConfigError as exc:
+        log(LOG_ERR, "configuration error: %s" % exc)
+        return EXIT_CONFIG
+    command = args.command or "run"
+    now = time.time()
+    if command == "check-config":
+        print(json.dumps({"ok": True, "ranks": [r.name for r in config.ranks]}))
+        return EXIT_OK
+    if command == "status":
+        print(json.dumps(status_document(config, now), sort_keys=True))
+        return EXIT_OK
+    if command == "maintenance":
+        doc = G.maintenance_document(args.holder, now, args.ttl)
+        write_atomic(config.maintenance_path, json.dumps(doc) + "\n")
+        print(json.dumps({"changed": True, "maintenance": doc}))
+        return EXIT_OK
+    if command == "release":
+        existed = os.path.exists(config.maintenance_path)
+        if existed:
+            os.unlink(config.maintenance_path)
+        print(json.dumps({"changed": existed}))
+        return EXIT_OK
+    guard = Guard(config)
+    if command in ("arm", "disarm"):
+        try:
+            result = guard.arm(args.holder) if command == "arm" else guard.disarm(args.holder)
+        except RuntimeError as exc:
+            print(json.dumps({"changed": False, "failed": True, "msg": str(exc)}))
+            return EXIT_FAILED
+        print(json.dumps(result, sort_keys=True))
+        return EXIT_OK
+
+    def on_signal(signum, _frame):
+        log(LOG_INFO, "dgxspark-group-guard stopping on %s" % signal.Signals(signum).name)
+        guard.stopping.set()
+
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)
+    return guard.serve()
+
+
+if __name__ == "__main__":
+    sys.exit(main())
