@@ -17,6 +17,7 @@ import time
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from ansible_collections.dgxspark.vllm.plugins.module_utils._metrics import MetricsError, gauge_sum, parse_text
 from ansible_collections.dgxspark.vllm.plugins.module_utils._startup import DEFAULT_BUDGETS, StartupError, make_watch
 
 STATUSES = ("armed", "maintenance", "waiting_nodes", "restoring", "backoff", "gave_up", "disarmed")
@@ -203,6 +204,62 @@ def assess(config: GuardConfig, baseline: dict[str, str], ranks: list[RankObserv
                                                 f"(grace {config.grace_seconds:.0f} s) while every container runs: "
                                                 f"{api_detail}")
     return None
+
+
+# ------------------------------------------------------------------------------------------------ the API probe
+
+PROGRESS_COUNTERS = ("vllm:prompt_tokens_total", "vllm:generation_tokens_total")
+
+
+def engine_progress(metrics_text: str | None) -> float | None:
+    """Tokens the engine has processed so far (prompt + generated, from vLLM's /metrics); None when unreadable."""
+    if not metrics_text:
+        return None
+    try:
+        scrape = parse_text(metrics_text)
+    except MetricsError:
+        return None
+    values = [gauge_sum(scrape, name) for name in PROGRESS_COUNTERS]
+    known = [value for value in values if value is not None]
+    return sum(known) if known else None
+
+
+@dataclass
+class ProbeState:
+    """What the API probe knows across probes."""
+
+    answered_once: bool = False        # a completion succeeded since the group (re)started
+    failing_since: float | None = None
+    detail: str = ""
+    progress: float | None = None      # the engine's token counter at the last probe
+
+
+def judge_probe(state: ProbeState, now: float, health_ok: bool, completion_ok: bool, detail: str,
+                progress: float | None) -> str:
+    """Fold one probe into the state; return ok | busy | failing | warming.
+
+    The API counts as failing when /health fails, or when the one-token completion fails while the engine's
+    token counters did not move since the previous probe (a hung collective, a frozen rank). A completion that
+    times out while the counters move is a busy engine (a benchmark filling every sequence slot), not a hang.
+    Until the first completion succeeds after a (re)start, a slow completion is the engine warming up (its first
+    request compiles or captures graphs); /health failing still counts.
+    """
+    moved = progress is not None and state.progress is not None and progress > state.progress
+    if progress is not None:
+        state.progress = progress
+    if health_ok and completion_ok:
+        state.answered_once = True
+        state.failing_since, state.detail = None, ""
+        return "ok"
+    if health_ok and moved:
+        state.failing_since, state.detail = None, ""
+        return "busy"
+    if health_ok and not state.answered_once:
+        return "warming"
+    if state.failing_since is None:
+        state.failing_since = now
+    state.detail = detail
+    return "failing"
 
 
 # ------------------------------------------------------------------------------------------------ deciding

@@ -159,17 +159,17 @@ class Docker:
 # ------------------------------------------------------------------------------------------------ API
 
 class ApiProbe(threading.Thread):
-    """Asks the head's API, every probe interval, for /health and then a one-token completion; remembers since
-    when it fails. Paused while a restore runs."""
+    """Asks the head's API, every probe interval, for /health and then a one-token completion, and reads the
+    engine's token counters from /metrics; _guard.judge_probe says whether that is a failure (and since when).
+    Paused while a restore or a maintenance runs."""
 
-    def __init__(self, config: G.GuardConfig, head: Docker) -> None:
+    def __init__(self, config: G.GuardConfig, head: Docker, clock=time.time) -> None:
         super().__init__(daemon=True, name="api-probe")
         self.config = config
         self.head = head
+        self.clock = clock
         self.lock = threading.Lock()
-        self.failing_since: float | None = None
-        self.detail = ""
-        self.last_ok: float | None = None
+        self.state = G.ProbeState()
         self._paused = threading.Event()
         self._stop = threading.Event()
         self._key: str | None = None
@@ -177,12 +177,13 @@ class ApiProbe(threading.Thread):
     def pause(self) -> None:
         self._paused.set()
         with self.lock:
-            self.failing_since, self.detail = None, ""
+            self.state = G.ProbeState()
         self._key = None
 
-    def resume(self) -> None:
+    def resume(self, answered: bool = False) -> None:
+        """Watch again; `answered` when a completion just succeeded (after a restore)."""
         with self.lock:
-            self.failing_since, self.detail = None, ""
+            self.state = G.ProbeState(answered_once=answered)
         self._paused.clear()
 
     def stop(self) -> None:
@@ -190,7 +191,7 @@ class ApiProbe(threading.Thread):
 
     def snapshot(self) -> tuple:
         with self.lock:
-            return self.failing_since, self.detail
+            return self.state.failing_since, self.state.detail
 
     def _request(self, path: str, body: dict | None) -> tuple:
         headers = {"Content-Type": "application/json"}
@@ -203,7 +204,7 @@ class ApiProbe(threading.Thread):
         opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))   # never through a proxy
         try:
             with opener.open(request, timeout=self.config.probe_timeout_seconds) as response:
-                return response.status, response.read(4096).decode("utf-8", "replace")
+                return response.status, response.read(4 * 1024 * 1024).decode("utf-8", "replace")
         except urllib.error.HTTPError as exc:
             if exc.code in (401, 403):
                 self._key = None    # the container may have been recreated with another key
@@ -212,34 +213,37 @@ class ApiProbe(threading.Thread):
             return None, str(getattr(exc, "reason", exc))
 
     def probe_once(self) -> tuple:
-        """(ok, detail) of /health then a one-token completion."""
+        """(health ok, completion ok, detail, engine progress) of /health, a one-token completion, /metrics."""
         status, text = self._request("/health", None)
         if status != 200:
-            return False, "GET /health: %s" % (status if status is not None else text)
+            return False, False, "GET /health: %s" % (status if status is not None else text), None
         body = {"model": self.config.served_model_name, "prompt": "1", "max_tokens": 1, "temperature": 0}
         started = time.monotonic()
         status, text = self._request("/v1/completions", body)
-        if status != 200:
-            return False, "POST /v1/completions (1 token): %s after %.0f s" % (
-                status if status is not None else text, time.monotonic() - started)
-        return True, "ok"
+        ok = status == 200
+        detail = "ok" if ok else "POST /v1/completions (1 token): %s after %.0f s" % (
+            status if status is not None else text, time.monotonic() - started)
+        m_status, m_text = self._request("/metrics", None)
+        return True, ok, detail, G.engine_progress(m_text if m_status == 200 else None)
+
+    def serves(self) -> tuple:
+        """(ok, detail): a one-token completion answered now."""
+        health, ok, detail, _progress = self.probe_once()
+        return health and ok, detail
 
     def run(self) -> None:
         while not self._stop.is_set():
             if not self._paused.is_set():
-                ok, detail = self.probe_once()
-                now = time.time()
+                health, ok, detail, progress = self.probe_once()
                 with self.lock:
-                    if self._paused.is_set():
-                        pass
-                    elif ok:
-                        self.failing_since, self.detail, self.last_ok = None, "", now
-                    else:
-                        if self.failing_since is None:
-                            self.failing_since = now
+                    if not self._paused.is_set():
+                        was_failing = self.state.failing_since is not None
+                        verdict = G.judge_probe(self.state, self.clock(), health, ok, detail, progress)
+                        if verdict == "failing" and not was_failing:
                             log(LOG_WARNING, "the head's API failed: %s (broken after %.0f s of this)"
                                 % (detail, self.config.grace_seconds))
-                        self.detail = detail
+                        elif verdict == "busy":
+                            log(LOG_INFO, "the probe timed out but the engine makes progress (busy, not hung): %s" % detail)
             self._stop.wait(self.config.probe_interval_seconds)
 
 
@@ -449,7 +453,7 @@ class Guard:
             return True
         deadline = self.clock() + self.config.budgets.get("api_up", 900.0)
         while True:
-            ok, detail = self.probe.probe_once()
+            ok, detail = self.probe.serves()
             if ok:
                 return True
             if self.clock() > deadline or self.stopping.is_set():
@@ -492,7 +496,7 @@ class Guard:
                      self.clock())
         self.files.save()
         if self.probe:
-            self.probe.resume()
+            self.probe.resume(answered=ok)
         return record
 
     def _restore_steps(self, record: dict) -> bool:
@@ -546,9 +550,9 @@ class Guard:
             raise RuntimeError("cannot arm: %s" % "; ".join(
                 "%s: %s" % (o.name, o.error or ("absent" if not o.exists else "not running")) for o in missing))
         state = self.files.state
-        before = (state.status, dict(state.baseline))
+        before = (state.status, dict(state.baseline), [a.get("window_reset") for a in state.attempts])
         G.arm(state, self.baseline(observed), self.clock(), holder)
-        changed = before != (state.status, state.baseline)
+        changed = before != (state.status, state.baseline, [a.get("window_reset") for a in state.attempts])
         try:
             os.unlink(self.config.maintenance_path)
         except FileNotFoundError:

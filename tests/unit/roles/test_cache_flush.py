@@ -7,6 +7,7 @@ checks every role under roles/ that has both defaults/main.yml and meta/argument
 """
 from __future__ import annotations
 
+import calendar
 import importlib.util
 import json
 import os
@@ -14,6 +15,7 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -196,10 +198,28 @@ def test_validate_config_defaults_and_int_strings():
     ({"action": "stop_container", "container_name": " "}, "container_name must not be empty"),
     ({"container_name": 5}, "container_name must be a string"),
     ({"treshold_bytes": 5}, "unknown setting 'treshold_bytes'"),
+    ({"follow_seconds": 0}, "follow_seconds must be > 0, got 0"),
+    ({"follow_seconds": -60}, "follow_seconds must be > 0, got -60"),
+    ({"follow_seconds": "1h"}, "follow_seconds must be an integer, got '1h'"),
+    ({"follow_container": 5}, "follow_container must be a string"),
 ])
 def test_validate_config_rejects(values, message):
     with pytest.raises(prog.ConfigError, match=message):
         prog.validate_config(values)
+
+
+def test_validate_config_follow_mode():
+    config = prog.validate_config({"follow_container": "vllm_glm53", "follow_seconds": "600"})
+    assert (config.follow_container, config.follow_seconds) == ("vllm_glm53", 600)
+    assert (prog.Config().follow_container, prog.Config().follow_seconds) == ("", 3600)
+
+
+def test_follow_flags(tmp_path, capsys):
+    assert prog.main(["--follow-container", "vllm_x", "--follow-seconds", "90", "--check-config"]) == 0
+    shown = json.loads(capsys.readouterr().out)
+    assert (shown["follow_container"], shown["follow_seconds"]) == ("vllm_x", 90)
+    assert prog.main(["--follow-container", "vllm_x", "--follow-seconds", "0", "--check-config"]) == 2
+    assert "follow_seconds must be > 0, got 0" in capsys.readouterr().out
 
 
 def _render_role_config(overrides=None) -> str:
@@ -207,6 +227,7 @@ def _render_role_config(overrides=None) -> str:
     defaults.update(overrides or {})
     env = jinja2.Environment(undefined=jinja2.StrictUndefined, keep_trailing_newline=True)
     env.filters["to_nice_json"] = lambda value, indent=4: json.dumps(value, indent=indent, sort_keys=True)
+    env.filters["combine"] = lambda base, *more: {key: value for item in (base,) + more for key, value in item.items()}
     return env.from_string((ROLE / "templates" / "cache-flush.json.j2").read_text(encoding="utf-8")).render(**defaults)
 
 
@@ -218,6 +239,16 @@ def test_role_config_template_is_what_the_program_reads(tmp_path):
     assert config == prog.Config(threshold_bytes=40000000000, floor_bytes=8589934592, interval_seconds=7,
                                  action="stop_container", container_name="vllm_glm53", meminfo_path="/proc/meminfo",
                                  drop_caches_path="/proc/sys/vm/drop_caches", docker_bin="/usr/bin/docker")
+
+
+def test_role_follow_config_template_turns_follow_mode_on(tmp_path):
+    """The follow entry point renders the same template with follow_container/follow_seconds added."""
+    path = tmp_path / "cache-flush-follow.json"
+    path.write_text(_render_role_config({"__cache_flush_follow": True, "cache_flush_follow_seconds": 1800}))
+    config = prog.validate_config(prog.load_config_file(str(path)))
+    assert (config.follow_container, config.follow_seconds) == ("vllm_glm53", 1800)
+    assert "follow_container=vllm_glm53 follow_seconds=1800" in prog.describe(config)
+    assert "follow_container" not in prog.describe(prog.Config())
 
 
 def test_check_config_flags_override_file(tmp_path, capsys):
@@ -341,6 +372,93 @@ def test_flush_write_failure_keeps_watchdog_and_fails(rig, capsys, monkeypatch):
     assert "<3>LOW MEMORY" in out
 
 
+# ---------------------------------------------------------------- follow mode
+
+STARTED = calendar.timegm((2026, 12, 2, 3, 18, 45, 0, 0, 0))      # 2026-12-02T03:18:45Z
+
+
+@pytest.mark.parametrize(("text", "expect"), [
+    ("2026-12-02T03:18:45Z", STARTED),
+    ("2026-12-02T03:18:45.123456789Z", STARTED + 0.123456789),
+    ("2026-12-02T03:18:45.5Z\n", STARTED + 0.5),                       # Docker trims trailing zeros
+    ("2026-12-02T03:18:45.000000001Z", STARTED + 1e-9),
+    ("2026-12-02T05:18:45.25+02:00", STARTED + 0.25),
+    ("2026-12-02T05:18:45+02:00", STARTED),
+    ("2026-12-01T22:48:45.75-04:30", STARTED + 0.75),
+    ("2026-12-02T03:18:45.5", STARTED + 0.5),                          # no zone: UTC
+    ("2026-12-02T03:18:45+00:00", STARTED),
+])
+def test_parse_docker_time(text, expect):
+    assert prog.parse_docker_time(text) == pytest.approx(expect, abs=1e-9)
+
+
+@pytest.mark.parametrize("text", ["", "  ", "0001-01-01T00:00:00Z", "yesterday", "2026-13-02T03:18:45Z",
+                                  "2026-12-02T03:18:45.5+xx:00", "2026-12-02 03:18:45Z"])
+def test_parse_docker_time_unusable(text):
+    assert prog.parse_docker_time(text) is None
+
+
+@pytest.mark.parametrize(("text", "now", "expect"), [
+    ("true 2026-12-02T03:18:45.5Z\n", STARTED + 100.5, (True, "started 100 s ago (load window 3600 s)")),
+    ("true 2026-12-02T03:18:45Z", STARTED, (True, "started 0 s ago (load window 3600 s)")),
+    ("true 2026-12-02T03:18:45Z", STARTED + 3599.9, (True, "started 3600 s ago (load window 3600 s)")),
+    ("true 2026-12-02T03:18:45Z", STARTED + 3600, (False, "serving for 3600 s (past the load window of 3600 s)")),
+    ("true 2026-12-02T03:18:45Z", STARTED + 86400, (False, "serving for 86400 s (past the load window of 3600 s)")),
+    ("false 2026-12-02T03:18:45Z", STARTED + 10, (False, "not running")),
+    ("false 0001-01-01T00:00:00Z", STARTED + 10, (False, "not running")),
+    ("", STARTED, (False, "not running")),                                  # docker inspect failed
+    ("true", STARTED, (False, "not running")),
+    ("true 0001-01-01T00:00:00Z", STARTED, (False, "unreadable start time '0001-01-01T00:00:00Z'")),
+    ("true soon", STARTED, (False, "unreadable start time 'soon'")),
+])
+def test_in_load_window(text, now, expect):
+    assert prog.in_load_window(text, now, 3600) == expect
+
+
+class _StopAfter(threading.Event):
+    """A stop event that sets itself after `count` waits (the loop's ticks), without sleeping."""
+
+    def __init__(self, count: int) -> None:
+        super().__init__()
+        self.count = count
+
+    def wait(self, timeout=None):
+        self.count -= 1
+        if self.count <= 0:
+            self.set()
+        return self.is_set()
+
+
+def test_serve_in_follow_mode_acts_only_inside_the_load_window(monkeypatch, capsys):
+    monkeypatch.delenv("NOTIFY_SOCKET", raising=False)
+    now = time.time()
+    inside = "true %s" % time.strftime("%Y-%m-%dT%H:%M:%S.5Z", time.gmtime(now - 100))
+    past = "true %s" % time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(now - 4000))
+    answers = ["", inside, inside, past, past, inside]
+    asked, runs = [], []
+    monkeypatch.setattr(prog, "follow_state", lambda config: asked.append(config.follow_container) or answers.pop(0))
+    monkeypatch.setattr(prog, "run_iteration", lambda config, state, now, verbose=False: runs.append(verbose) or (state, True))
+    config = prog.Config(follow_container="vllm_x", follow_seconds=3600)
+    assert prog.serve(config, _StopAfter(6)) == prog.EXIT_OK
+    assert asked == ["vllm_x"] * 6
+    assert runs == [True, False, True]     # verbose again on entering a new window
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0] == "<6>idle until the next start of vllm_x: not running"
+    assert lines[1].startswith("<6>following vllm_x: started 10") and lines[1].endswith(" s ago (load window 3600 s)")
+    assert lines[2].startswith("<6>idle until the next start of vllm_x: serving for 40")
+    assert lines[3].startswith("<6>following vllm_x: started ")
+    assert len(lines) == 4
+
+
+def test_serve_without_follow_always_acts(monkeypatch):
+    monkeypatch.delenv("NOTIFY_SOCKET", raising=False)
+    monkeypatch.setattr(prog, "follow_state", lambda config: pytest.fail("follow_state called without follow mode"))
+    runs = []
+    monkeypatch.setattr(prog, "run_iteration", lambda config, state, now, verbose=False: runs.append(verbose) or (state, True))
+    assert prog.serve(prog.Config(), _StopAfter(3)) == prog.EXIT_OK
+    assert runs == [True, False, False]
+
+
 # ---------------------------------------------------------------- the service loop, as systemd runs it
 
 def test_service_notifies_ready_and_stops_cleanly_on_sigterm(tmp_path):
@@ -441,7 +559,7 @@ def test_argument_specs_match_defaults(role):
 
 def test_cache_flush_role_is_checked():
     assert "cache_flush" in _roles_with_specs()
-    assert set(yaml.safe_load((ROLE / "meta" / "argument_specs.yml").read_text(encoding="utf-8"))["argument_specs"]) == {"main", "start", "stop"}
+    assert set(yaml.safe_load((ROLE / "meta" / "argument_specs.yml").read_text(encoding="utf-8"))["argument_specs"]) == {"main", "start", "stop", "follow"}
 
 
 @pytest.mark.parametrize(("defaults", "specs", "problem"), [

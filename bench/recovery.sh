@@ -1,0 +1,64 @@
+#!/usr/bin/env bash
+# Recovery by the group guard on the lab: from a rank's death to serving again, against the engine's own start in
+# the same run. Goals: recovery <= 1.2x the engine's start; detection <= 5 s for a crash, <= grace + 5 s for a
+# freeze (grace = guard_grace_seconds; the first failing probe comes up to one probe interval and one probe
+# timeout after the freeze, so the script prints both the raw figure and the part beyond the grace).
+# The engine's own start is measured as bench/launch.sh does, on the restore itself: the worker's container start
+# (as docker records it) to its rendezvous line, plus the head's container start to "Application startup
+# complete." Recovery is the fault's time to the guard's own "serves again" (a completion answered).
+# Usage: bench/recovery.sh   (brings the lab up, stages and launches if needed; leaves the serve running)
+# Logs: bench/out/recovery-<time>/.
+set -euo pipefail
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+. "$ROOT/bin/lib.sh"
+cd "$ROOT"
+"$ROOT/bin/lab" up
+venv_activate
+inv=inventories/lab
+tmp=$ROOT/bench/out/recovery-$(date +%Y%m%d-%H%M%S); mkdir -p "$tmp"
+ansible-playbook -i $inv playbooks/staging.yml playbooks/cache_flush.yml playbooks/launch.yml >"$tmp/launch.out"
+guard() { docker exec dgxlab-head python3 -I /usr/local/lib/dgxspark-guard/dgxspark_group_guard.py status; }
+count() { guard | python3 -c 'import json,sys; print(json.load(sys.stdin)["state"]["restores_total"])'; }
+wait_restore() {   # wait_restore BEFORE: until one more restore is recorded and the guard is armed again (10 min)
+  local deadline=$((SECONDS + 600))
+  until guard | python3 -c 'import json,sys; s=json.load(sys.stdin)["state"]; sys.exit(0 if s["restores_total"] > int(sys.argv[1]) and s["status"] in ("armed", "gave_up") else 1)' "$1"; do
+    [ $SECONDS -lt $deadline ] || { echo "no restore within 600 s:"; guard; exit 1; }
+    sleep 1
+  done
+}
+fault() {   # fault NAME NODE COMMAND...: inject, wait for the restore, print the figures
+  local name=$1 node=$2; shift 2
+  local before; before=$(count)
+  local t0; t0=$(date +%s.%N)
+  docker exec "dgxlab-$node" sh -c "$*"
+  wait_restore "$before"
+  guard >"$tmp/$name.json"
+  docker exec dgxlab-worker docker logs --timestamps vllm_glm53 >"$tmp/$name-worker.log" 2>&1
+  docker exec dgxlab-head docker logs --timestamps vllm_glm53 >"$tmp/$name-head.log" 2>&1
+  python3 - "$name" "$t0" "$tmp" <<'PY'
+import json, re, sys
+from datetime import datetime
+name, t0, tmp = sys.argv[1], float(sys.argv[2]), sys.argv[3]
+state = json.load(open(f"{tmp}/{name}.json"))["state"]
+r = state["last_restore"]
+def ts(s):
+    return datetime.fromisoformat(s.rstrip("Z")[:26] + "+00:00").timestamp()
+def last_start(path, pattern):
+    hits = [line.split(" ", 1)[0] for line in open(path, errors="replace") if re.search(pattern, line)]
+    return ts(hits[-1]) if hits else None
+baseline = r.get("baseline", {})
+w_start, h_start = ts(baseline["lab-worker"]), ts(baseline["lab-head"])
+rdv = last_start(f"{tmp}/{name}-worker.log", r"Launching vLLM.*headless multiproc executor|world_size=[0-9]+ rank=[0-9]+")
+ready = last_start(f"{tmp}/{name}-head.log", r"Application startup complete")
+engine = (rdv - w_start) + (ready - h_start)
+detect, recover = r["started_at"] - t0, r["finished_at"] - t0
+print(f"{name:>14}: ok={r['ok']} detection {detect:5.1f} s, serving again after {recover:6.1f} s, engine start {engine:5.1f} s"
+      f" -> recovery ratio {recover / engine:.2f} (goal <= 1.20)")
+PY
+}
+pid='$(docker inspect --format "{{.State.Pid}}" vllm_glm53)'
+fault worker-crash worker "kill -KILL $pid"
+fault head-crash head "kill -KILL $pid"
+grace=$(docker exec dgxlab-head python3 -c 'import json; print(json.load(open("/etc/dgxspark/guard.json")).get("grace_seconds", 60))')
+echo "freeze: grace_seconds=$grace (detection goal <= grace + 5 s)"
+fault worker-freeze worker "docker pause vllm_glm53"

@@ -1,0 +1,585 @@
+# Copyright: Contributors to the dgxspark.vllm collection
+# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
+"""The group guard's decisions (module_utils/_guard.py): configuration, assessing, deciding, maintenance, state."""
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+import pytest
+
+from ansible_collections.dgxspark.vllm.plugins.module_utils import _guard as G
+from ansible_collections.dgxspark.vllm.plugins.module_utils._startup import DEFAULT_BUDGETS
+
+NOW = 1_800_000_000.0
+T1 = "2027-01-15T08:00:00.000000001Z"
+T2 = "2027-01-15T09:30:00.000000002Z"
+
+
+def doc(**over):
+    data = {
+        "container": "vllm_glm53",
+        "ranks": [
+            {"name": "spark1", "role": "head", "docker_host": "", "cx7_ip": "10.77.1.11"},
+            {"name": "spark2", "role": "worker", "docker_host": "ssh://dgxspark-guard-spark2", "cx7_ip": "10.77.1.12"},
+            {"name": "spark3", "role": "worker", "docker_host": "ssh://dgxspark-guard-spark3", "cx7_ip": "10.77.1.13"},
+        ],
+        "api_url": "http://127.0.0.1:8000",
+        "served_model_name": "glm",
+        "state_path": "/var/lib/dgxspark-guard/state.json",
+        "maintenance_path": "/run/dgxspark/guard-maintenance.json",
+    }
+    data.update(over)
+    return data
+
+
+def config(**over):
+    return G.parse_config(doc(**over))
+
+
+def up(name, started_at=T1, **kw):
+    return G.RankObservation(name=name, running=True, started_at=started_at, exit_code=0, **kw)
+
+
+def all_up(started_at=T1):
+    return [up("spark1", started_at), up("spark2", started_at), up("spark3", started_at)]
+
+
+BASELINE = {"spark1": T1, "spark2": T1, "spark3": T1}
+
+
+def attempt(started_at, ok=False, finished_at=None, **kw):
+    record = {"started_at": started_at, "finished_at": started_at + 1 if finished_at is None else finished_at, "ok": ok,
+              "failed_rank": None if ok else "spark2", "failed_phase": None if ok else "rendezvous",
+              "error": None if ok else "phase 'rendezvous' not reached"}
+    record.update(kw)
+    return record
+
+
+def finding(kind="stopped", rank="spark2"):
+    return G.Finding(kind, rank, f"{kind} on {rank}")
+
+
+# ------------------------------------------------------------------------------------------------ parse_config
+
+def test_parse_config_types_defaults_and_rank_order():
+    cfg = config(grace_seconds=5, max_failed_restores=4.0, budgets={"rendezvous": 20}, _comment="managed")
+    assert cfg.head == G.Rank("spark1", "head", "", "10.77.1.11")
+    assert [r.name for r in cfg.workers] == ["spark2", "spark3"]
+    assert cfg.grace_seconds == 5.0 and isinstance(cfg.grace_seconds, float)
+    assert cfg.max_failed_restores == 4 and isinstance(cfg.max_failed_restores, int)
+    assert cfg.budgets == dict(DEFAULT_BUDGETS, rendezvous=20.0)
+    assert cfg.backoff_seconds == 10.0 and cfg.window_seconds == 3600.0   # untouched defaults
+
+
+def test_parse_config_defaults_budgets():
+    assert config().budgets == DEFAULT_BUDGETS
+
+
+@pytest.mark.parametrize("over, problem", [
+    ({"grace_second": 5}, "unknown key 'grace_second'"),
+    ({"grace_seconds": 0}, "grace_seconds must be a positive number, got 0"),
+    ({"stop_seconds": -1}, "stop_seconds must be a positive number, got -1"),
+    ({"interval_seconds": "2"}, "interval_seconds must be a positive number, got '2'"),
+    ({"poll_seconds": True}, "poll_seconds must be a positive number, got True"),
+    ({"max_failed_restores": 2.5}, "max_failed_restores must be a whole number, got 2.5"),
+    ({"container": ""}, "container must be a non-empty string, got ''"),
+    ({"api_url": None}, "api_url must be a non-empty string, got None"),
+    ({"budgets": {"warmup": 5}}, "budgets: unknown phase 'warmup'"),
+    ({"budgets": {"rendezvous": 0}}, "budgets: budget for phase 'rendezvous' must be positive"),
+    ({"budgets": ["rendezvous"]}, "budgets: "),
+    ({"backoff_seconds": 100, "backoff_max_seconds": 50}, "backoff_max_seconds must not be below backoff_seconds"),
+    ({"backoff_seconds": 1000}, "backoff_max_seconds must not be below backoff_seconds"),   # the default max is 900
+    ({"ranks": []}, "ranks must list the head and at least one worker"),
+    ({"ranks": [doc()["ranks"][0]]}, "ranks must list the head and at least one worker"),
+])
+def test_parse_config_problems(over, problem):
+    with pytest.raises(G.GuardConfigError) as info:
+        config(**over)
+    assert any(problem in p for p in info.value.problems), info.value.problems
+
+
+def _ranks(*changes):
+    ranks = [dict(r) for r in doc()["ranks"]]
+    for pos, key, value in changes:
+        ranks[pos][key] = value
+    return ranks
+
+
+@pytest.mark.parametrize("ranks, problem", [
+    (_ranks((0, "docker_host", "ssh://spark1")), "the head (spark1) is the guard's own node: its docker_host must be empty"),
+    (_ranks((1, "docker_host", "")), "worker spark2: docker_host must be ssh://... (Docker's SSH transport), got ''"),
+    (_ranks((2, "docker_host", "tcp://10.0.0.3:2375")), "worker spark3: docker_host must be ssh://"),
+    (_ranks((2, "name", "spark2")), "ranks name a host twice: ['spark1', 'spark2', 'spark2']"),
+    (_ranks((0, "role", "worker")), "ranks[0] (spark1) must be the head, got role 'worker'"),
+    (_ranks((1, "role", "head")), "ranks[1] (spark2) must be the worker, got role 'head'"),
+    (_ranks((1, "cx7_ip", None)), "ranks[1] must have the strings name, role, docker_host and cx7_ip"),
+    (doc()["ranks"][:2] + ["spark3"], "ranks[2] must have the strings"),
+])
+def test_parse_config_rank_problems(ranks, problem):
+    with pytest.raises(G.GuardConfigError) as info:
+        config(ranks=ranks)
+    assert any(problem in p for p in info.value.problems), info.value.problems
+
+
+def test_parse_config_lists_every_problem_at_once():
+    bad = doc(colour="blue", grace_seconds=0, ranks=_ranks((1, "docker_host", "spark2")))
+    del bad["served_model_name"]
+    with pytest.raises(G.GuardConfigError) as info:
+        G.parse_config(bad)
+    assert len(info.value.problems) == 4, info.value.problems
+    assert str(info.value) == "; ".join(info.value.problems)
+
+
+def test_parse_config_wants_an_object():
+    with pytest.raises(G.GuardConfigError, match="must be a JSON object, got list"):
+        G.parse_config([])
+
+
+# ------------------------------------------------------------------------------------------------ assess
+
+def test_assess_healthy_is_none():
+    assert G.assess(config(), BASELINE, all_up(), None, "", NOW) is None
+
+
+def test_assess_unreachable_comes_before_everything():
+    ranks = [G.RankObservation("spark1", exists=True, running=False, exit_code=1), up("spark2"),
+             G.RankObservation("spark3", reachable=False, exists=False, error="ssh: connect to host: No route")]
+    found = G.assess(config(), BASELINE, ranks, NOW - 1000, "boom", NOW)
+    assert found == G.Finding("unreachable", "spark3", "Docker on spark3 does not answer: ssh: connect to host: No route")
+
+
+def test_assess_absent():
+    ranks = [up("spark1"), G.RankObservation("spark2", exists=False), up("spark3")]
+    found = G.assess(config(), BASELINE, ranks, None, "", NOW)
+    assert (found.kind, found.rank) == ("absent", "spark2")
+    assert "vllm_glm53 is gone from spark2" in found.reason and "playbooks/launch.yml" in found.reason
+
+
+@pytest.mark.parametrize("exit_code, tail", [(137, " (exit code 137)"), (None, "")])
+def test_assess_stopped_with_its_exit_code(exit_code, tail):
+    ranks = [up("spark1"), up("spark2"), G.RankObservation("spark3", running=False, started_at=T1, exit_code=exit_code)]
+    found = G.assess(config(), BASELINE, ranks, None, "", NOW)
+    assert found == G.Finding("stopped", "spark3", "the serve container on spark3 is not running" + tail)
+
+
+def test_assess_goes_in_rank_order():
+    ranks = [G.RankObservation("spark1", running=False, exit_code=0), G.RankObservation("spark2", exists=False), up("spark3")]
+    assert G.assess(config(), BASELINE, ranks, None, "", NOW).rank == "spark1"
+
+
+def test_assess_stopped_beats_restarted_and_api():
+    ranks = [up("spark1", T2), up("spark2"), G.RankObservation("spark3", running=False, exit_code=1)]
+    found = G.assess(config(), BASELINE, ranks, NOW - 1000, "x", NOW)
+    assert (found.kind, found.rank) == ("stopped", "spark3")
+
+
+def test_assess_restarted_against_baseline():
+    ranks = [up("spark1"), up("spark2", T2), up("spark3")]
+    found = G.assess(config(), BASELINE, ranks, None, "", NOW)
+    assert (found.kind, found.rank) == ("restarted", "spark2")
+    assert f"started again on its own at {T2} (the group started it at {T1})" in found.reason
+
+
+@pytest.mark.parametrize("baseline, started_at", [
+    ({"spark1": T1, "spark3": T1}, T2),    # no baseline for the rank yet
+    ({}, T2),                              # no baseline at all
+    (BASELINE, ""),                        # Docker gave no start time
+    (BASELINE, T1),                        # the same start
+])
+def test_assess_restarted_needs_two_known_different_starts(baseline, started_at):
+    ranks = [up("spark1"), up("spark2", started_at), up("spark3")]
+    assert G.assess(config(), baseline, ranks, None, "", NOW) is None
+
+
+def test_assess_restarted_beats_api():
+    ranks = [up("spark1"), up("spark2"), up("spark3", T2)]
+    assert G.assess(config(), BASELINE, ranks, NOW - 1000, "x", NOW).kind == "restarted"
+
+
+def test_assess_api_failing_within_grace_is_not_broken():
+    assert G.assess(config(grace_seconds=60), BASELINE, all_up(), NOW - 59.9, "GET /health: 503", NOW) is None
+
+
+def test_assess_api_failing_past_grace_is_broken_at_the_head():
+    found = G.assess(config(grace_seconds=60), BASELINE, all_up(), NOW - 60, "GET /health: 503", NOW)
+    assert found == G.Finding("api", "spark1", "the head's API has been failing for 60 s (grace 60 s) while every "
+                                               "container runs: GET /health: 503")
+
+
+def test_state_from_inspect():
+    obs = G.state_from_inspect("spark2", {"Running": True, "Paused": True, "StartedAt": T1, "ExitCode": 0})
+    assert obs == G.RankObservation("spark2", running=True, paused=True, started_at=T1, exit_code=0)
+    assert G.state_from_inspect("spark2", {}) == G.RankObservation("spark2", running=False, started_at="", exit_code=None)
+
+
+# ------------------------------------------------------------------------------------------------ decide
+
+def test_decide_ok_without_finding():
+    state = G.GuardState(attempts=[attempt(NOW - 10)] * 5)
+    assert G.decide(state, config(), None, NOW) == "ok"
+
+
+def test_decide_waits_for_unreachable_nodes_even_after_failures():
+    state = G.GuardState(attempts=[attempt(NOW - 100), attempt(NOW - 50), attempt(NOW - 10)])
+    assert G.decide(state, config(), finding("unreachable"), NOW) == "wait_nodes"
+
+
+def test_decide_gives_up_on_an_absent_container_at_once():
+    assert G.decide(G.GuardState(), config(), finding("absent"), NOW) == "give_up"
+
+
+def test_decide_restores_the_first_time():
+    state = G.GuardState()
+    assert G.decide(state, config(), finding(), NOW) == "restore"
+    assert state.next_attempt_at == 0.0
+
+
+@pytest.mark.parametrize("kind", ["stopped", "restarted", "api"])
+def test_decide_gives_up_after_max_failed_restores_in_window(kind):
+    cfg = config(max_failed_restores=3)
+    attempts = [attempt(NOW - 3000), attempt(NOW - 2000)]
+    assert G.decide(G.GuardState(attempts=list(attempts)), cfg, finding(kind), NOW) == "restore"
+    attempts.append(attempt(NOW - 1000))
+    assert G.decide(G.GuardState(attempts=attempts), cfg, finding(kind), NOW) == "give_up"
+
+
+def test_decide_successes_do_not_count_towards_giving_up():
+    state = G.GuardState(attempts=[attempt(NOW - 3000), attempt(NOW - 2000), attempt(NOW - 1000, ok=True)])
+    assert G.decide(state, config(max_failed_restores=3), finding(), NOW) == "restore"
+
+
+def test_decide_failures_outside_the_window_do_not_count():
+    old = [attempt(NOW - 3600), attempt(NOW - 5000)]      # exactly at the window's edge, and before it
+    state = G.GuardState(attempts=old + [attempt(NOW - 1000)])
+    cfg = config(window_seconds=3600, max_failed_restores=2)
+    assert G.failed_in_window(state, cfg, NOW) == [state.attempts[-1]]
+    assert G.decide(state, cfg, finding(), NOW) == "restore"
+
+
+def test_decide_failures_before_the_last_arm_do_not_count():
+    state = G.GuardState(attempts=[attempt(NOW - 300, window_reset=True), attempt(NOW - 200, window_reset=True),
+                                   attempt(NOW - 100)])
+    cfg = config(max_failed_restores=2)
+    assert G.decide(state, cfg, finding(), NOW) == "restore"
+    state.attempts[0].pop("window_reset")
+    assert G.decide(state, cfg, finding(), NOW) == "give_up"
+
+
+def test_decide_backs_off_after_a_restore_in_the_window():
+    cfg = config(backoff_seconds=10)
+    state = G.GuardState(attempts=[attempt(NOW - 100, finished_at=NOW - 4)])
+    assert G.decide(state, cfg, finding(), NOW) == "backoff"
+    assert state.next_attempt_at == NOW + 6
+    state.next_attempt_at = 0.0
+    assert G.decide(state, cfg, finding(), NOW + 6) == "restore"
+    assert state.next_attempt_at == 0.0
+
+
+def test_decide_backoff_counts_from_the_last_restore_even_a_successful_one():
+    state = G.GuardState(attempts=[attempt(NOW - 100, ok=True, finished_at=NOW - 1)])
+    assert G.decide(state, config(backoff_seconds=10), finding(), NOW) == "backoff"
+    assert state.next_attempt_at == NOW + 9
+
+
+@pytest.mark.parametrize("count, expect", [(0, 0.0), (1, 10.0), (2, 20.0), (3, 40.0), (4, 80.0), (5, 100.0), (12, 100.0)])
+def test_backoff_doubles_and_is_capped(count, expect):
+    cfg = config(backoff_seconds=10, backoff_max_seconds=100, max_failed_restores=50)
+    state = G.GuardState(attempts=[attempt(NOW - 500 + i, ok=i % 2 == 0) for i in range(count)])
+    assert G.backoff(state, cfg, NOW) == expect
+
+
+def test_backoff_ignores_restores_outside_the_window_and_before_the_arm():
+    cfg = config(backoff_seconds=10, window_seconds=600)
+    state = G.GuardState(attempts=[attempt(NOW - 5000), attempt(NOW - 400, window_reset=True), attempt(NOW - 300)])
+    assert G.backoff(state, cfg, NOW) == 10.0
+
+
+def test_decide_waits_the_doubled_backoff():
+    cfg = config(backoff_seconds=10, max_failed_restores=5)
+    state = G.GuardState(attempts=[attempt(NOW - 100), attempt(NOW - 50, finished_at=NOW - 15)])   # backoff 20
+    assert G.decide(state, cfg, finding(), NOW) == "backoff"
+    assert state.next_attempt_at == NOW + 5
+    assert G.decide(state, cfg, finding(), NOW + 5) == "restore"
+
+
+# ------------------------------------------------------------------------------------------------ record / give up / arm
+
+def test_record_restore_counts_and_takes_the_baseline_of_a_success():
+    state = G.GuardState(baseline=dict(BASELINE))
+    G.record_restore(state, config(), attempt(NOW - 10, baseline={"spark1": T2}))
+    assert (state.restores_total, state.restores_failed_total, state.baseline) == (1, 1, BASELINE)
+    ok = attempt(NOW, ok=True, baseline={"spark1": T2, "spark2": T2, "spark3": T2})
+    G.record_restore(state, config(), ok)
+    assert (state.restores_total, state.restores_failed_total) == (2, 1)
+    assert state.baseline == {"spark1": T2, "spark2": T2, "spark3": T2}
+    assert state.last_restore is ok and state.attempts[-1] is ok
+
+
+def test_record_restore_keeps_a_bounded_history():
+    state = G.GuardState()
+    for i in range(G.HISTORY_KEEP + 5):
+        G.record_restore(state, config(), attempt(NOW + i))
+    assert len(state.attempts) == G.HISTORY_KEEP
+    assert state.attempts[0]["started_at"] == NOW + 5
+    assert state.restores_total == G.HISTORY_KEEP + 5
+
+
+def test_give_up_record_names_the_last_failure():
+    cfg = config(window_seconds=3600)
+    state = G.GuardState(attempts=[attempt(NOW - 5000), attempt(NOW - 200),
+                                   attempt(NOW - 100, failed_rank="spark3", failed_phase="container_started",
+                                           error="no space left", last_lines=["a", "b"])])
+    record = G.give_up_record(state, cfg, finding(), NOW)
+    assert record["reason"] == ("2 restores failed within 3600 s; the last one failed at spark3 in phase "
+                                "container_started: no space left")
+    assert record["last_lines"] == ["a", "b"]
+    assert record["at"] == NOW and record["finding"] == {"kind": "stopped", "rank": "spark2", "reason": "stopped on spark2"}
+    assert "playbooks/launch.yml" in record["fix"]
+
+
+def test_give_up_record_for_an_absent_container_is_the_finding():
+    state = G.GuardState(attempts=[attempt(NOW - 10)])
+    record = G.give_up_record(state, config(), G.Finding("absent", "spark2", "gone"), NOW)
+    assert record["reason"] == "gone"
+
+
+def test_arm_clears_give_up_and_resets_the_window():
+    cfg = config(max_failed_restores=2)
+    state = G.GuardState(status="gave_up", since=NOW - 50, attempts=[attempt(NOW - 30), attempt(NOW - 20)],
+                         gave_up={"reason": "x"}, maintenance={"holder": "y"}, next_attempt_at=NOW + 30,
+                         baseline=dict(BASELINE))
+    assert G.decide(state, cfg, finding(), NOW) == "give_up"
+    G.arm(state, {"spark1": T2, "spark2": T2, "spark3": T2}, NOW, "launch.yml")
+    assert (state.status, state.detail, state.since) == ("armed", "armed by launch.yml", NOW)
+    assert state.gave_up is None and state.maintenance is None and state.next_attempt_at == 0.0
+    assert state.baseline == {"spark1": T2, "spark2": T2, "spark3": T2}
+    assert len(state.attempts) == 2 and all(a["window_reset"] for a in state.attempts)   # history kept
+    assert G.failed_in_window(state, cfg, NOW) == []
+    assert G.backoff(state, cfg, NOW) == 0.0
+    assert G.decide(state, cfg, finding(), NOW) == "restore"
+
+
+def test_set_status():
+    state = G.GuardState(status="armed", since=1.0)
+    assert G.set_status(state, "armed", "", 5.0) is False and state.since == 1.0
+    assert G.set_status(state, "armed", "serving", 6.0) is True and state.since == 1.0   # detail only
+    assert G.set_status(state, "backoff", "serving", 7.0) is True and state.since == 7.0
+    with pytest.raises(ValueError, match="unknown guard status 'sleeping'"):
+        G.set_status(state, "sleeping", "", 8.0)
+
+
+# ------------------------------------------------------------------------------------------------ maintenance
+
+def test_maintenance_document():
+    assert G.maintenance_document("site.yml", NOW, 60) == {"holder": "site.yml", "since": NOW, "expires_at": NOW + 60}
+    with pytest.raises(ValueError, match="ttl must be positive"):
+        G.maintenance_document("site.yml", NOW, 0)
+
+
+def test_maintenance_absent():
+    assert G.maintenance_active(None, NOW) is None
+
+
+def test_maintenance_valid_until_it_expires():
+    text = json.dumps(G.maintenance_document("staging.yml", NOW - 10, 20))
+    assert G.maintenance_active(text, NOW) == {"holder": "staging.yml", "since": NOW - 10, "expires_at": NOW + 10}
+    assert G.maintenance_active(text, NOW + 9.9) is not None
+    assert G.maintenance_active(text, NOW + 10) is None     # expired at its expiry
+    assert G.maintenance_active(text, NOW + 1000) is None
+
+
+@pytest.mark.parametrize("text", ["", "{not json", "[]", '{"holder": "x"}', '{"expires_at": "soon"}', "null"])
+def test_maintenance_unreadable_lock_holds_for_an_hour(text):
+    assert G.maintenance_active(text, NOW) == {"holder": "an unreadable lock file", "since": NOW, "expires_at": NOW + 3600}
+
+
+# ------------------------------------------------------------------------------------------------ state file
+
+def test_state_json_round_trip():
+    state = G.GuardState(status="backoff", since=NOW - 5, detail="restore failed", baseline=dict(BASELINE),
+                         attempts=[attempt(NOW - 10)], restores_total=1, restores_failed_total=1,
+                         last_restore=attempt(NOW - 10), gave_up=None, maintenance={"holder": "x"},
+                         next_attempt_at=NOW + 10, updated_at=NOW)
+    again = G.state_from_json(state.to_json())
+    assert again == state
+    assert json.loads(state.to_json())["status"] == "backoff"
+
+
+def test_state_unknown_status_and_keys():
+    text = json.dumps({"status": "sleeping", "detail": "d", "future_field": 1, "restores_total": 4})
+    state = G.state_from_json(text)
+    assert (state.status, state.detail, state.restores_total) == ("armed", "d", 4)
+
+
+@pytest.mark.parametrize("text", ["", "not json", "[1]", "42"])
+def test_state_unreadable_is_fresh(text):
+    assert G.state_from_json(text) == G.GuardState()
+
+
+# ------------------------------------------------------------------------------------------------ build_document
+
+CLUSTER = {
+    "head": "spark1",
+    "workers": ["spark3", "spark_2.lab"],
+    "nodes": {"spark1": {"cx7_ip": "10.77.1.11"}, "spark_2.lab": {"cx7_ip": "10.77.1.12"}, "spark3": {"cx7_ip": "10.77.1.13"}},
+    "container_name": "vllm_glm53",
+    "port": 8001,
+    "served_model_name": "glm-5",
+}
+ADDRESSES = {"spark3": "192.168.1.13", "spark_2.lab": "192.168.1.12"}
+
+
+def test_ssh_alias():
+    assert G.ssh_alias("spark_2.lab") == "dgxspark-guard-spark-2.lab"
+    assert G.ssh_alias("spark-3") == "dgxspark-guard-spark-3"
+    assert G.ssh_alias("a b/c@d") == "dgxspark-guard-a-b-c-d"
+
+
+def test_build_document_head_first_and_parses():
+    document = G.build_document(CLUSTER, ADDRESSES, {"grace_seconds": 30, "backoff_seconds": None}, "/s.json", "/m.json")
+    assert document["ranks"] == [
+        {"name": "spark1", "role": "head", "docker_host": "", "cx7_ip": "10.77.1.11"},
+        {"name": "spark3", "role": "worker", "docker_host": "ssh://dgxspark-guard-spark3", "cx7_ip": "10.77.1.13"},
+        {"name": "spark_2.lab", "role": "worker", "docker_host": "ssh://dgxspark-guard-spark-2.lab", "cx7_ip": "10.77.1.12"},
+    ]
+    assert document["api_url"] == "http://127.0.0.1:8001"
+    assert (document["container"], document["served_model_name"]) == ("vllm_glm53", "glm-5")
+    assert (document["state_path"], document["maintenance_path"]) == ("/s.json", "/m.json")
+    assert document["grace_seconds"] == 30 and "backoff_seconds" not in document     # None: the default
+    cfg = G.parse_config(json.loads(json.dumps(document)))
+    assert cfg.head.name == "spark1" and cfg.grace_seconds == 30.0 and cfg.backoff_seconds == 10.0
+
+
+def test_build_document_unknown_tunable_and_missing_address():
+    with pytest.raises(G.GuardConfigError) as info:
+        G.build_document(CLUSTER, {"spark3": "192.168.1.13", "spark_2.lab": ""}, {"grace": 5}, "/s", "/m")
+    assert len(info.value.problems) == 2
+    assert info.value.problems[0].startswith("unknown guard setting 'grace' (known: interval_seconds, ")
+    assert info.value.problems[1] == "no management address for worker spark_2.lab (its ansible_host)"
+
+
+def test_build_document_checks_the_tunables_values():
+    with pytest.raises(G.GuardConfigError, match="backoff_max_seconds must not be below backoff_seconds"):
+        G.build_document(CLUSTER, ADDRESSES, {"backoff_seconds": 60, "backoff_max_seconds": 30}, "/s", "/m")
+
+
+def test_build_document_needs_a_worker():
+    with pytest.raises(G.GuardConfigError, match="at least one worker"):
+        G.build_document(dict(CLUSTER, workers=[]), {}, {}, "/s", "/m")
+
+
+# ------------------------------------------------------------------------------------------------ describe
+
+def iso(epoch):
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(epoch))
+
+
+def test_describe_never_armed():
+    assert G.describe(None, None) == "installed, never armed (the launch arms it once the group serves)"
+
+
+def test_describe_armed_without_restores():
+    state = G.GuardState(status="armed", since=NOW, detail="armed by launch.yml")
+    assert G.describe(state, None) == (f"armed since {iso(NOW)} (armed by launch.yml); no restore yet; "
+                                       "restores: 0 (0 failed)")
+
+
+def test_describe_armed_after_a_successful_restore():
+    state = G.GuardState(status="armed", since=NOW, restores_total=3, restores_failed_total=2,
+                         last_restore={"started_at": NOW - 60, "duration_seconds": 42.5, "ok": True, "reason": "spark2 stopped"})
+    assert G.describe(state, None) == (f"armed since {iso(NOW)}; last restore {iso(NOW - 60)}, 42.5 s, ok, because "
+                                       "spark2 stopped; restores: 3 (2 failed)")
+
+
+def test_describe_backoff_after_a_failed_restore():
+    last = attempt(NOW - 60, duration_seconds=3.0, reason="spark2 stopped")
+    state = G.GuardState(status="backoff", since=NOW, detail="restore failed", last_restore=last, restores_total=1,
+                         restores_failed_total=1)
+    assert G.describe(state, None) == (f"BACKOFF since {iso(NOW)} (restore failed); last restore {iso(NOW - 60)}, 3.0 s, "
+                                       "FAILED at spark2 in rendezvous: phase 'rendezvous' not reached, because "
+                                       "spark2 stopped; restores: 1 (1 failed)")
+
+
+def test_describe_gave_up():
+    state = G.GuardState(status="gave_up", since=NOW - 5, detail="d", gave_up={"at": NOW, "reason": "3 restores failed"})
+    assert G.describe(state, None).startswith(f"GAVE UP at {iso(NOW)}: 3 restores failed; no restore yet")
+    state.gave_up = None
+    assert G.describe(state, None).startswith(f"GAVE UP at {iso(NOW - 5)}: d;")
+
+
+def test_describe_maintenance_wins_unless_disarmed():
+    lock = {"holder": "staging.yml", "since": NOW, "expires_at": NOW + 3600}
+    state = G.GuardState(status="armed", since=NOW)
+    assert G.describe(state, lock).startswith(f"IN MAINTENANCE (held by staging.yml until {iso(NOW + 3600)}): restores nothing;")
+    state.status = "gave_up"
+    assert G.describe(state, lock).startswith("IN MAINTENANCE")
+    state.status = "disarmed"
+    assert G.describe(state, lock).startswith(f"DISARMED since {iso(NOW)};")
+
+
+# ------------------------------------------------------------------------------------------------ the API probe
+
+METRICS = Path(__file__).resolve().parents[3] / "fixtures" / "metrics"
+
+
+@pytest.mark.parametrize("name, expect", [
+    ("vllm-0.32.0-cpu-lab-captured.1.txt", 0.0),
+    ("vllm-0.32.0-cpu-lab-captured.2.txt", 3.0 + 5.0),
+    ("vllm-0.12-v1-assembled.2.txt", 81540.0 + 23576.0),
+])
+def test_engine_progress_sums_the_token_counters(name, expect):
+    assert G.engine_progress((METRICS / name).read_text(encoding="utf-8")) == expect
+
+
+@pytest.mark.parametrize("text, expect", [
+    (None, None),
+    ("", None),
+    ("not a metric line {", None),                                      # unparsable
+    ("# HELP x y\nfoo 1\n", None),                                      # no token counter
+    ("vllm:prompt_tokens_total 5\nvllm:generation_tokens_total NaN\n", 5.0),
+])
+def test_engine_progress_unreadable_or_partial(text, expect):
+    assert G.engine_progress(text) == expect
+
+
+def test_judge_probe_ok_clears_a_failure():
+    state = G.ProbeState(answered_once=True, failing_since=NOW - 30, detail="x")
+    assert G.judge_probe(state, NOW, True, True, "ok", 10.0) == "ok"
+    assert state == G.ProbeState(answered_once=True, failing_since=None, detail="", progress=10.0)
+
+
+def test_judge_probe_warming_until_the_first_answer():
+    state = G.ProbeState()
+    assert G.judge_probe(state, NOW, True, False, "POST /v1/completions (1 token): timed out after 30 s", None) == "warming"
+    assert state.failing_since is None
+    assert G.judge_probe(state, NOW + 10, True, True, "ok", None) == "ok"
+    assert G.judge_probe(state, NOW + 20, True, False, "timed out", None) == "failing"
+    assert (state.failing_since, state.detail) == (NOW + 20, "timed out")
+
+
+def test_judge_probe_health_failing_counts_while_warming():
+    state = G.ProbeState()
+    assert G.judge_probe(state, NOW, False, False, "GET /health: 503", None) == "failing"
+    assert (state.failing_since, state.detail) == (NOW, "GET /health: 503")
+
+
+def test_judge_probe_failing_keeps_its_start_and_the_latest_detail():
+    state = G.ProbeState(answered_once=True)
+    assert G.judge_probe(state, NOW, True, False, "first", 7.0) == "failing"
+    assert G.judge_probe(state, NOW + 10, True, False, "second", 7.0) == "failing"      # the counters stand still
+    assert (state.failing_since, state.detail) == (NOW, "second")
+    assert G.judge_probe(state, NOW + 20, True, False, "third", None) == "failing"      # no counters: not moving
+    assert state.progress == 7.0
+
+
+def test_judge_probe_busy_when_the_counters_move():
+    state = G.ProbeState(answered_once=True)
+    assert G.judge_probe(state, NOW, True, False, "timed out", 100.0) == "failing"
+    assert G.judge_probe(state, NOW + 10, True, False, "timed out", 150.0) == "busy"
+    assert (state.failing_since, state.detail, state.progress) == (None, "", 150.0)
+    assert G.judge_probe(state, NOW + 20, True, False, "timed out", 150.0) == "failing"
+    assert state.failing_since == NOW + 20
+    assert G.judge_probe(state, NOW + 30, False, False, "GET /health: 503", 999.0) == "failing"   # /health decides
+    assert state.failing_since == NOW + 20

@@ -1,0 +1,729 @@
+# Copyright: Contributors to the dgxspark.vllm collection
+# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
+"""Tests for roles/guard: the group guard daemon (roles/guard/files/dgxspark_group_guard.py) on fake nodes.
+
+The program is a standalone script, imported by path. Each rank's Docker engine is an in-memory model behind
+the runner the daemon's Docker class calls (`docker inspect/start/stop/kill/unpause/logs` as argv lists); the
+serve containers log the fixture lines of tests/fixtures/vllm_logs as the fake clock passes, so the restore's
+waits complete through the real phase detection. Every docker command is journalled with the clock and node.
+"""
+from __future__ import annotations
+
+import calendar
+import importlib.util
+import ipaddress
+import json
+import os
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from helpers.fixtures import read_log
+from ansible_collections.dgxspark.vllm.plugins.module_utils import _guard as G
+
+ROOT = Path(__file__).resolve().parents[3]
+SCRIPT = ROOT / "roles" / "guard" / "files" / "dgxspark_group_guard.py"
+T0 = 1_800_000_000.0
+HEAD, W1, W2 = "spark1", "spark2", "spark3"
+CX7 = {HEAD: "10.77.1.11", W1: "10.77.1.12", W2: "10.77.1.13"}
+CONTAINER = "vllm_glm53"
+MUTATING = ("start", "stop", "kill", "unpause")
+
+
+def _load_program():
+    spec = importlib.util.spec_from_file_location("dgxspark_group_guard", SCRIPT)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    keep, sys.dont_write_bytecode = sys.dont_write_bytecode, True  # no __pycache__ among the role's files
+    try:
+        spec.loader.exec_module(module)
+    finally:
+        sys.dont_write_bytecode = keep
+    return module
+
+
+prog = _load_program()
+
+
+def script_from_fixture(name: str, first: float, step: float = 1.0) -> list:
+    """(seconds after the start, message) for every line of a fixture log, its Docker timestamp removed."""
+    lines = [line.split(" ", 1)[1] for line in read_log(name).splitlines() if line.strip()]
+    return [(first + i * step, line) for i, line in enumerate(lines)]
+
+
+# The worker reaches rendezvous with its first line (the headless launch), 2 s after its start; the head logs
+# rendezvous 5 s and api_up 10 s after its start.
+WORKER_SCRIPT = script_from_fixture("fmt_cpu_worker_ready.log", 2.0)
+HEAD_SCRIPT = script_from_fixture("fmt_cpu_head_ready.log", 1.0)
+WORKER_RENDEZVOUS_AFTER = 2.0
+HEAD_API_UP_AFTER = 10.0
+
+
+def stamp(epoch: float) -> str:
+    """Docker's RFC 3339 time with nanoseconds."""
+    whole = int(epoch)
+    return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(whole)) + ".%09dZ" % round((epoch - whole) * 1e9)
+
+
+def unstamp(text: str) -> float:
+    main, _dot, frac = text.rstrip("Z").partition(".")
+    return calendar.timegm(time.strptime(main, "%Y-%m-%dT%H:%M:%S")) + float("0." + (frac or "0"))
+
+
+class Clock:
+    def __init__(self, now: float = T0) -> None:
+        self.now = now
+        self.slept = []
+
+    def __call__(self) -> float:
+        return self.now
+
+    def sleep(self, seconds: float) -> None:
+        self.slept.append(seconds)
+        self.now += seconds
+
+    def advance(self, seconds: float) -> None:
+        self.now += seconds
+
+
+class Container:
+    """One serve container: its State, its starts (each with the lines it logs as time passes), its Env."""
+
+    def __init__(self, script: list) -> None:
+        self.script = list(script)      # what the next start logs
+        self.running = False
+        self.paused = False
+        self.started_at = "0001-01-01T00:00:00Z"
+        self.exit_code = 0
+        self.starts = []                # [start epoch, end epoch or None, script]
+        self.env = ["PATH=/usr/bin", "VLLM_API_KEY=sekrit"]
+        self.ignores_stop = False       # a hung process: docker stop returns, the container still runs
+
+    def start(self, now: float) -> None:
+        self.running, self.paused, self.exit_code = True, False, 0
+        self.started_at = stamp(now)
+        self.starts.append([now, None, list(self.script)])
+
+    def end(self, now: float, exit_code: int) -> None:
+        self.running, self.paused, self.exit_code = False, False, exit_code
+        self.starts[-1][1] = now
+
+    def log_lines(self, now: float, since: float | None) -> list:
+        out = []
+        for begun, ended, script in self.starts:
+            for offset, message in script:
+                at = begun + offset
+                if at <= now and (ended is None or at <= ended) and (since is None or at >= since):
+                    out.append("%s %s\n" % (stamp(at), message))
+        return out
+
+
+class Node:
+    """One node's Docker engine, as the docker CLI answers for it (the runner the daemon's Docker class calls)."""
+
+    def __init__(self, name: str, clock: Clock, journal: list, script: list) -> None:
+        self.name = name
+        self.clock = clock
+        self.journal = journal
+        self.container: Container | None = Container(script)
+        self.reachable = True
+        self.start_rc = 0
+
+    def __call__(self, argv: list, timeout: float) -> tuple:
+        assert argv[0] == "docker" and timeout > 0
+        args = list(argv[1:])
+        self.journal.append((self.clock.now, self.name, tuple(args)))
+        if not self.reachable:
+            return 1, "", "error during connect: ssh: connect to host %s port 22: No route to host" % self.name
+        verb, name = args[0], args[-1]
+        box = self.container if name == CONTAINER else None
+        if box is None:
+            return 1, "", "Error response from daemon: No such container: %s" % name
+        now = self.clock.now
+        if verb == "inspect":
+            assert args[1] == "--format" and len(args) == 4
+            if args[2] == "{{json .State}}":
+                state = {"Status": "running" if box.running else "exited", "Running": box.running, "Paused": box.paused,
+                         "StartedAt": box.started_at, "ExitCode": box.exit_code}
+                return 0, json.dumps(state) + "\n", ""
+            if args[2] == "{{json .Config.Env}}":
+                return 0, json.dumps(box.env) + "\n", ""
+        elif verb == "start" and len(args) == 2:
+            if self.start_rc:
+                return self.start_rc, "", "Error response from daemon: failed to create task: no space left on device"
+            if not box.running:
+                box.start(now)
+            return 0, name + "\n", ""
+        elif verb == "stop" and args[1] == "--time" and len(args) == 4:
+            int(args[2])
+            if box.paused:
+                return 1, "", "Error response from daemon: cannot stop container: %s is paused" % name
+            if box.running and not box.ignores_stop:
+                box.end(now, 0)
+            return 0, name + "\n", ""
+        elif verb == "kill" and len(args) == 2:
+            if not box.running:
+                return 1, "", "Error response from daemon: container %s is not running" % name
+            box.end(now, 137)
+            return 0, name + "\n", ""
+        elif verb == "unpause" and len(args) == 2:
+            box.paused = False
+            return 0, name + "\n", ""
+        elif verb == "logs" and args[1] == "--timestamps":
+            since = None
+            if args[2] == "--since":
+                since = unstamp(args[3])
+                assert len(args) == 5
+            else:
+                assert len(args) == 3
+            return 0, "".join(box.log_lines(now, since)), ""
+        raise AssertionError("unexpected docker command %r" % argv)
+
+    # what happens to the node behind the guard's back
+    def crash(self, exit_code: int = 1) -> None:
+        self.container.end(self.clock.now, exit_code)
+
+
+class FakeProbe:
+    """The ApiProbe's interface the Guard uses, without HTTP."""
+
+    def __init__(self) -> None:
+        self.failing_since = None
+        self.detail = ""
+        self.answers = []       # (ok, detail) for the next serves() calls; then ok
+        self.calls = []
+
+    def serves(self):
+        self.calls.append("serves")
+        return self.answers.pop(0) if self.answers else (True, "ok")
+
+    def pause(self):
+        self.calls.append("pause")
+        self.failing_since, self.detail = None, ""
+
+    def resume(self, answered=False):
+        self.calls.append("resume(answered)" if answered else "resume")
+        self.failing_since, self.detail = None, ""
+
+    def snapshot(self):
+        return self.failing_since, self.detail
+
+
+def tcp_table(peers) -> str:
+    """/proc/net/tcp with an ESTABLISHED connection from the head to each peer."""
+    rows = ["  sl  local_address rem_address   st tx_queue rx_queue tr tm->when retrnsmt   uid  timeout inode"]
+    for i, peer in enumerate(peers):
+        remote = ipaddress.ip_address(peer).packed[::-1].hex().upper()
+        rows.append("  %d: 0B014D0A:7531 %s:%04X 01 00000000:00000000 00:00000000 00000000 0 0 %d" % (i, remote, 40000 + i, i))
+    return "\n".join(rows) + "\n"
+
+
+class Rig:
+    """A head and two workers whose containers serve, a fake clock, and a Guard built on them."""
+
+    def __init__(self, tmp_path: Path, **tunables) -> None:
+        self.clock = Clock()
+        self.journal = []
+        self.tcp = tcp_table([CX7[W1], CX7[W2]])
+        self.nodes = {HEAD: Node(HEAD, self.clock, self.journal, HEAD_SCRIPT),
+                      W1: Node(W1, self.clock, self.journal, WORKER_SCRIPT),
+                      W2: Node(W2, self.clock, self.journal, WORKER_SCRIPT)}
+        for name in (W1, W2, HEAD):       # the launch: workers, then the head; the group serves at T0
+            self.nodes[name].container.start(self.clock.now - 600)
+        self.doc = {
+            "container": CONTAINER,
+            "ranks": [{"name": HEAD, "role": "head", "docker_host": "", "cx7_ip": CX7[HEAD]}] + [
+                {"name": w, "role": "worker", "docker_host": "ssh://" + G.ssh_alias(w), "cx7_ip": CX7[w]} for w in (W1, W2)],
+            "api_url": "http://127.0.0.1:8000",
+            "served_model_name": "glm",
+            "state_path": str(tmp_path / "lib" / "state.json"),
+            "maintenance_path": str(tmp_path / "run" / "guard-maintenance.json"),
+            "poll_seconds": 1,
+        }
+        self.doc.update(tunables)
+        self.config = G.parse_config(self.doc)
+        self.guard = self.new_guard()
+        self.probe = FakeProbe()
+        self.guard.probe = self.probe
+
+    def new_guard(self):
+        return prog.Guard(self.config, docker_factory=lambda rank: prog.Docker(rank, runner=self.nodes[rank.name]),
+                          clock=self.clock, sleep=self.clock.sleep, proc_net_tcp=lambda: self.tcp)
+
+    @property
+    def state(self) -> G.GuardState:
+        return self.guard.files.state
+
+    def saved(self) -> dict:
+        return json.loads(Path(self.config.state_path).read_text(encoding="utf-8"))
+
+    def box(self, name: str) -> Container:
+        return self.nodes[name].container
+
+    def mark(self) -> int:
+        return len(self.journal)
+
+    def actions(self, since: int = 0) -> list:
+        """(node, verb) of the commands that change a container, in the order they ran."""
+        return [(node, args[0]) for _t, node, args in self.journal[since:] if args[0] in MUTATING]
+
+    def commands(self, node: str, since: int = 0) -> list:
+        return [args for _t, name, args in self.journal[since:] if name == node]
+
+    def running(self) -> dict:
+        return {name: node.container.running for name, node in self.nodes.items() if node.container}
+
+    def lock(self, holder: str = "staging.yml", ttl: float = 3600) -> None:
+        path = Path(self.config.maintenance_path)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(G.maintenance_document(holder, self.clock.now, ttl)), encoding="utf-8")
+
+
+@pytest.fixture(name="rig")
+def rig_fixture(tmp_path, monkeypatch):
+    monkeypatch.delenv("NOTIFY_SOCKET", raising=False)
+    rig = Rig(tmp_path)
+    assert rig.guard.tick() == "ok"     # takes the baseline of the serving group
+    return rig
+
+
+def starts(rig, name):
+    return [begun for begun, _end, _script in rig.box(name).starts]
+
+
+# ------------------------------------------------------------------------------------------------ watching
+
+def test_first_tick_takes_the_baseline_and_changes_nothing(rig):
+    assert rig.actions() == []
+    assert rig.state.status == "armed"
+    assert rig.state.baseline == {name: stamp(T0 - 600) for name in (HEAD, W1, W2)}
+    assert rig.saved()["baseline"] == rig.state.baseline
+    assert rig.guard.tick() == "ok"
+    assert rig.actions() == []
+
+
+# ------------------------------------------------------------------------------------------------ restoring
+
+def test_stopped_worker_restores_the_group_in_order(rig, capsys):
+    rig.clock.advance(30)
+    rig.nodes[W1].crash(exit_code=1)
+    mark = rig.mark()
+    broken_at = rig.clock.now
+    assert rig.guard.tick() == "restored"
+
+    # stop the head, then the workers (the crashed one needs no stop); start the workers, then the head
+    assert rig.actions(mark) == [(HEAD, "stop"), (W2, "stop"), (W1, "start"), (W2, "start"), (HEAD, "start")]
+    head = rig.commands(HEAD, mark)
+    at = head.index(("stop", "--time", "10", CONTAINER))      # bounded: checked before and after
+    assert head[at - 1] == head[at + 1] == ("inspect", "--format", "{{json .State}}", CONTAINER)
+    # the head started only once both workers' logs showed their rendezvous
+    worker_started = starts(rig, W1)[-1]
+    assert starts(rig, W2)[-1] == worker_started == broken_at
+    head_started = starts(rig, HEAD)[-1]
+    assert head_started >= worker_started + WORKER_RENDEZVOUS_AFTER
+    for worker in (W1, W2):
+        reads = [t for t, node, args in rig.journal[mark:] if node == worker and args[0] == "logs"]
+        assert reads and max(reads) <= head_started
+        assert ("logs", "--timestamps", "--since", stamp(worker_started), CONTAINER) in rig.commands(worker, mark)
+    # the head read its own log since its new start until it served
+    assert ("logs", "--timestamps", "--since", stamp(head_started), CONTAINER) in rig.commands(HEAD, mark)
+    assert rig.clock.now >= head_started + HEAD_API_UP_AFTER
+    assert all(rig.running().values())
+    assert rig.probe.calls == ["pause", "serves", "resume(answered)"]
+    assert "RESTORE: the serve container on spark2 is not running (exit code 1)" in capsys.readouterr().out
+
+
+def test_successful_restore_is_recorded_with_a_new_baseline(rig):
+    rig.clock.advance(30)
+    rig.nodes[W2].crash(exit_code=137)
+    old = dict(rig.state.baseline)
+    started = rig.clock.now
+    assert rig.guard.tick() == "restored"
+    last = rig.state.last_restore
+    assert last["ok"] is True
+    assert (last["kind"], last["rank"]) == ("stopped", W2)
+    assert last["started_at"] == started and last["finished_at"] == rig.clock.now
+    assert last["duration_seconds"] == round(rig.clock.now - started, 1) >= HEAD_API_UP_AFTER + WORKER_RENDEZVOUS_AFTER
+    assert last["baseline"] == {name: rig.box(name).started_at for name in (HEAD, W1, W2)}
+    assert rig.state.baseline == last["baseline"] != old
+    assert last["phases"][W1]["rendezvous"] == WORKER_RENDEZVOUS_AFTER
+    assert last["phases"][HEAD]["api_up"] >= HEAD_API_UP_AFTER
+    assert (rig.state.status, rig.state.detail) == ("armed", "restored")
+    assert (rig.state.restores_total, rig.state.restores_failed_total) == (1, 0)
+    saved = rig.saved()
+    assert saved["status"] == "armed" and saved["last_restore"]["ok"] is True and saved["baseline"] == last["baseline"]
+    # the new starts are the group's: the next look finds nothing wrong
+    mark = rig.mark()
+    assert rig.guard.tick() == "ok"
+    assert rig.actions(mark) == []
+
+
+def test_worker_that_never_starts_fails_backs_off_then_gives_up(rig):
+    rig.nodes[W2].start_rc = 1
+    rig.clock.advance(30)
+    rig.nodes[W1].crash(exit_code=1)
+
+    mark = rig.mark()
+    assert rig.guard.tick() == "restore_failed"
+    # w1 was started before w2 failed: the whole group is stopped again, no rank left running alone
+    assert rig.actions(mark) == [(HEAD, "stop"), (W2, "stop"), (W1, "start"), (W2, "start"), (W1, "stop")]
+    assert not any(rig.running().values())
+    last = rig.state.last_restore
+    assert (last["ok"], last["failed_rank"], last["failed_phase"]) == (False, W2, "container_started")
+    assert "no space left on device" in last["error"]
+    assert last["last_lines"] and "Auto set" in last["last_lines"][-1]          # w2's log before it was stopped
+    assert rig.state.status == "backoff" and rig.saved()["status"] == "backoff"
+
+    # backoff: 10 s after the first failure, then 20 s after the second
+    for wait, count in ((10, 2), (20, 3)):
+        rig.clock.now = rig.state.last_restore["finished_at"] + wait - 1
+        mark = rig.mark()
+        assert rig.guard.tick() == "backoff"
+        assert rig.actions(mark) == []
+        assert rig.state.status == "backoff" and rig.state.next_attempt_at == rig.clock.now + 1
+        rig.clock.advance(1)
+        assert rig.guard.tick() == "restore_failed"
+        assert rig.state.restores_failed_total == count
+        assert not any(rig.running().values())
+
+    # the third failure in the window: give up, and say where and why
+    mark = rig.mark()
+    assert rig.guard.tick() == "gave_up"
+    assert rig.actions(mark) == []
+    assert rig.state.status == "gave_up"
+    reason = rig.state.gave_up["reason"]
+    assert reason.startswith("3 restores failed within 3600 s; the last one failed at spark3 in phase container_started: ")
+    assert "no space left on device" in reason
+    assert rig.saved()["gave_up"]["reason"] == reason
+
+    # and does nothing more, not even a look
+    mark = rig.mark()
+    for _tick in range(3):
+        rig.clock.advance(1000)
+        assert rig.guard.tick() == "gave_up"
+    assert rig.journal[mark:] == []
+
+
+def test_hung_worker_start_fails_on_its_rendezvous_budget(tmp_path, monkeypatch):
+    """The new start logs nothing: its old start's rendezvous line must not count (docker logs --since)."""
+    monkeypatch.delenv("NOTIFY_SOCKET", raising=False)
+    rig = Rig(tmp_path, budgets={"rendezvous": 20})
+    assert rig.guard.tick() == "ok"
+    rig.box(W1).script = []
+    rig.nodes[W1].crash()
+    started = rig.clock.now
+    assert rig.guard.tick() == "restore_failed"
+    last = rig.state.last_restore
+    assert (last["failed_rank"], last["failed_phase"]) == (W1, "container_started")
+    assert "phase 'rendezvous' not reached within its budget of 20 s" in last["error"]
+    assert 20 < rig.clock.now - started <= 22
+    assert not any(rig.running().values())
+    assert (HEAD, "start") not in rig.actions()
+
+
+def test_head_that_does_not_answer_fails_on_api_up(tmp_path, monkeypatch):
+    monkeypatch.delenv("NOTIFY_SOCKET", raising=False)
+    rig = Rig(tmp_path, budgets={"api_up": 30})
+    assert rig.guard.tick() == "ok"
+    rig.probe.answers = [(False, "POST /v1/completions (1 token): 500 after 0 s")] * 1000
+    rig.nodes[W1].crash()
+    assert rig.guard.tick() == "restore_failed"
+    last = rig.state.last_restore
+    assert (last["failed_rank"], last["failed_phase"]) == (HEAD, "api_up")
+    assert last["error"] == "the head does not answer a completion: POST /v1/completions (1 token): 500 after 0 s"
+    assert 30 < rig.clock.now - last["started_at"] - WORKER_RENDEZVOUS_AFTER - HEAD_API_UP_AFTER <= 32   # the api_up budget
+    assert not any(rig.running().values())
+    assert rig.probe.calls[0] == "pause" and rig.probe.calls[-1] == "resume"     # not answered
+
+
+def test_head_whose_peers_never_connect_fails(tmp_path, monkeypatch):
+    monkeypatch.delenv("NOTIFY_SOCKET", raising=False)
+    rig = Rig(tmp_path, peer_grace_seconds=3)
+    assert rig.guard.tick() == "ok"
+    rig.tcp = tcp_table([CX7[W1]])       # w2's engine never connects to the head
+    rig.nodes[W1].crash()
+    assert rig.guard.tick() == "restore_failed"
+    last = rig.state.last_restore
+    assert last["failed_rank"] == HEAD
+    assert "peer 10.77.1.13 never connected" in last["error"]
+
+
+def test_api_failing_past_grace_restores(rig):
+    rig.probe.failing_since, rig.probe.detail = rig.clock.now - 59, "GET /health: 503"
+    assert rig.guard.tick() == "ok"
+    rig.clock.advance(1)
+    assert rig.guard.tick() == "restored"
+    assert rig.state.last_restore["kind"] == "api" and rig.state.last_restore["rank"] == HEAD
+    assert rig.actions()[:3] == [(HEAD, "stop"), (W1, "stop"), (W2, "stop")]
+
+
+def test_worker_restarted_alone_restores_the_group(rig):
+    rig.clock.advance(100)
+    rig.nodes[W2].crash()
+    rig.box(W2).start(rig.clock.now)     # Docker's restart policy brought it back alone
+    assert rig.guard.tick() == "restored"
+    assert rig.state.last_restore["kind"] == "restarted" and rig.state.last_restore["rank"] == W2
+    assert rig.actions()[:3] == [(HEAD, "stop"), (W1, "stop"), (W2, "stop")]
+
+
+def test_paused_head_is_unpaused_before_it_is_stopped(rig):
+    rig.box(HEAD).paused = True
+    rig.nodes[W1].crash()
+    mark = rig.mark()
+    assert rig.guard.tick() == "restored"
+    verbs = [args[0] for args in rig.commands(HEAD, mark)]
+    assert verbs.count("unpause") == 1
+    at = verbs.index("unpause")
+    assert verbs[at - 1:at + 3] == ["inspect", "unpause", "stop", "inspect"]
+    assert not rig.box(HEAD).paused
+    assert (HEAD, "kill") not in rig.actions(mark)
+
+
+def test_head_that_ignores_sigterm_is_killed(rig):
+    rig.box(HEAD).ignores_stop = True
+    rig.nodes[W1].crash()
+    mark = rig.mark()
+    assert rig.guard.tick() == "restored"
+    assert rig.actions(mark)[:3] == [(HEAD, "stop"), (HEAD, "kill"), (W2, "stop")]
+
+
+def test_absent_container_gives_up_at_once(rig):
+    rig.nodes[W1].container = None
+    mark = rig.mark()
+    assert rig.guard.tick() == "gave_up"
+    assert rig.actions(mark) == []
+    assert rig.state.status == "gave_up"
+    assert "is gone from spark2" in rig.state.gave_up["reason"]
+
+
+def test_unreachable_node_is_waited_for_then_given_up(tmp_path, monkeypatch):
+    monkeypatch.delenv("NOTIFY_SOCKET", raising=False)
+    rig = Rig(tmp_path, node_wait_seconds=60)
+    assert rig.guard.tick() == "ok"
+    rig.nodes[W2].reachable = False
+    assert rig.guard.tick() == "wait_nodes"
+    assert rig.state.status == "waiting_nodes" and "No route to host" in rig.state.detail
+    rig.clock.advance(60)
+    assert rig.guard.tick() == "wait_nodes"
+    rig.clock.advance(1)
+    assert rig.guard.tick() == "gave_up"
+    assert "(waited 61 s)" in rig.state.gave_up["reason"]
+    assert rig.actions() == []
+
+
+def test_node_back_in_time_is_fine(tmp_path, monkeypatch):
+    monkeypatch.delenv("NOTIFY_SOCKET", raising=False)
+    rig = Rig(tmp_path, node_wait_seconds=60)
+    assert rig.guard.tick() == "ok"
+    rig.nodes[W2].reachable = False
+    assert rig.guard.tick() == "wait_nodes"
+    rig.clock.advance(50)
+    rig.nodes[W2].reachable = True
+    assert rig.guard.tick() == "ok"
+    assert rig.state.status == "armed"
+    rig.nodes[W2].reachable = False
+    rig.clock.advance(50)
+    assert rig.guard.tick() == "wait_nodes"      # the wait starts again
+    rig.clock.advance(50)
+    assert rig.guard.tick() == "wait_nodes"
+
+
+# ------------------------------------------------------------------------------------------------ maintenance
+
+def test_maintenance_lock_holds_the_guard_then_release_resumes(rig):
+    rig.lock("staging.yml")
+    rig.nodes[W1].crash()
+    mark = rig.mark()
+    for _tick in range(3):
+        assert rig.guard.tick() == "maintenance"
+        rig.clock.advance(5)
+    assert rig.journal[mark:] == []              # not even a look
+    assert rig.state.status == "maintenance" and rig.saved()["status"] == "maintenance"
+    assert rig.state.maintenance["holder"] == "staging.yml"
+    assert rig.probe.calls == ["pause"]
+    os.unlink(rig.config.maintenance_path)
+    assert rig.guard.tick() == "restored"
+    assert rig.actions(mark)[:3] == [(HEAD, "stop"), (W2, "stop"), (W1, "start")]
+    assert rig.state.status == "armed" and rig.state.maintenance is None
+
+
+def test_expired_maintenance_lock_resumes(rig):
+    rig.lock("killed run", ttl=60)
+    rig.nodes[W1].crash()
+    assert rig.guard.tick() == "maintenance"
+    rig.clock.advance(60)
+    assert rig.guard.tick() == "restored"
+
+
+def test_maintenance_over_takes_what_serves_as_the_group(rig):
+    """Staging restarted every container under the lock: released without an arm, that is the group now."""
+    rig.lock()
+    assert rig.guard.tick() == "maintenance"
+    rig.clock.advance(100)
+    for name in (HEAD, W1, W2):
+        rig.nodes[name].crash(0)
+        rig.box(name).start(rig.clock.now)
+    os.unlink(rig.config.maintenance_path)
+    mark = rig.mark()
+    assert rig.guard.tick() == "ok"
+    assert rig.actions(mark) == []
+    assert rig.state.baseline == {name: stamp(rig.clock.now) for name in (HEAD, W1, W2)}
+    assert (rig.state.status, rig.state.detail) == ("armed", "maintenance over")
+    assert rig.saved()["baseline"] == rig.state.baseline
+
+
+def test_unreadable_maintenance_lock_holds(rig):
+    path = Path(rig.config.maintenance_path)
+    path.parent.mkdir(parents=True)
+    path.write_text("{half a lock", encoding="utf-8")
+    rig.nodes[W1].crash()
+    assert rig.guard.tick() == "maintenance"
+    assert "an unreadable lock file" in rig.state.detail
+    assert rig.actions() == []
+
+
+# ------------------------------------------------------------------------------------------------ arm, disarm
+
+def test_arm_refuses_when_a_rank_is_not_running(rig):
+    rig.lock("launch.yml")
+    rig.nodes[W1].crash(3)
+    rig.nodes[W2].container = None
+    before = Path(rig.config.state_path).read_text(encoding="utf-8")
+    with pytest.raises(RuntimeError) as info:
+        rig.guard.arm("launch.yml")
+    assert str(info.value) == "cannot arm: spark2: not running; spark3: absent"
+    assert os.path.exists(rig.config.maintenance_path)      # still held
+    assert Path(rig.config.state_path).read_text(encoding="utf-8") == before
+
+
+def test_arm_refuses_when_a_node_does_not_answer(rig):
+    rig.nodes[W2].reachable = False
+    with pytest.raises(RuntimeError, match="cannot arm: spark3: error during connect"):
+        rig.guard.arm("launch.yml")
+
+
+def test_arm_takes_the_baseline_and_removes_the_lock(rig):
+    rig.lock("launch.yml")
+    assert rig.guard.tick() == "maintenance"
+    rig.clock.advance(100)
+    for name in (W1, W2, HEAD):      # the launch recreated the group
+        rig.nodes[name].crash(0)
+        rig.box(name).start(rig.clock.now)
+    result = rig.guard.arm("launch.yml")
+    new = {name: stamp(rig.clock.now) for name in (HEAD, W1, W2)}
+    assert result == {"changed": True, "status": "armed", "baseline": new}
+    assert not os.path.exists(rig.config.maintenance_path)
+    saved = rig.saved()
+    assert (saved["status"], saved["detail"], saved["baseline"]) == ("armed", "armed by launch.yml", new)
+    assert rig.guard.arm("launch.yml")["changed"] is False
+    mark = rig.mark()
+    assert rig.guard.tick() == "ok"
+    assert rig.actions(mark) == []
+
+
+def test_arm_after_failed_restores_forgets_them_for_good(rig):
+    """A launch that changes nothing still resets the window: the running guard must see the reset."""
+    rig.nodes[W2].start_rc = 1
+    rig.nodes[W1].crash()
+    assert rig.guard.tick() == "restore_failed"
+    rig.nodes[W2].start_rc = 0
+    rig.clock.advance(10)
+    assert rig.guard.tick() == "restored"
+    assert rig.state.status == "armed"
+    assert len(G.failed_in_window(rig.state, rig.config, rig.clock.now)) == 1
+    other = rig.new_guard()                   # the arm sub-command: another process, same files, same containers
+    assert other.arm("launch.yml") == {"changed": True, "status": "armed", "baseline": rig.state.baseline}
+    assert other.arm("launch.yml")["changed"] is False
+    assert rig.guard.tick() == "ok"
+    assert len(rig.state.attempts) == 2 and all(a["window_reset"] for a in rig.state.attempts)
+    assert G.failed_in_window(rig.state, rig.config, rig.clock.now) == []
+
+
+def test_disarm_then_ticks_do_nothing(rig):
+    assert rig.guard.disarm("teardown.yml") == {"changed": True, "status": "disarmed"}
+    assert rig.saved()["status"] == "disarmed"
+    assert rig.guard.disarm("teardown.yml") == {"changed": False, "status": "disarmed"}
+    rig.nodes[W1].crash()
+    mark = rig.mark()
+    for _tick in range(3):
+        rig.clock.advance(10)
+        assert rig.guard.tick() == "disarmed"
+    assert rig.journal[mark:] == []
+
+
+def test_arm_by_another_process_is_picked_up_by_tick(rig):
+    rig.nodes[W1].container = None
+    assert rig.guard.tick() == "gave_up"
+    rig.probe.calls.clear()
+    # the launch recreates the container and arms the guard through the `arm` sub-command (another process)
+    rig.clock.advance(300)
+    rig.nodes[W1].container = Container(WORKER_SCRIPT)
+    rig.box(W1).start(rig.clock.now)
+    other = rig.new_guard()
+    assert other.arm("launch.yml")["changed"] is True
+    assert rig.state.status == "gave_up"          # the running guard has not looked yet
+    assert rig.guard.tick() == "ok"
+    assert (rig.state.status, rig.state.detail) == ("armed", "armed by launch.yml")
+    assert rig.state.gave_up is None
+    assert rig.state.baseline[W1] == stamp(rig.clock.now)
+    assert rig.probe.calls == ["resume"]
+
+
+def test_disarm_by_another_process_is_picked_up_by_tick(rig):
+    rig.new_guard().disarm("teardown.yml")
+    rig.nodes[W1].crash()
+    assert rig.guard.tick() == "disarmed"
+    assert rig.actions() == []
+
+
+# ------------------------------------------------------------------------------------------------ Docker, files
+
+def test_docker_inspect_answers(rig):
+    docker = rig.guard.nodes[W1]
+    assert docker.inspect(CONTAINER) == G.RankObservation(W1, running=True, started_at=stamp(T0 - 600), exit_code=0)
+    assert docker.inspect("other") == G.RankObservation(W1, exists=False)
+    rig.nodes[W1].reachable = False
+    obs = docker.inspect(CONTAINER)
+    assert (obs.reachable, obs.exists) == (False, False) and "No route to host" in obs.error
+
+
+def test_docker_inspect_unreadable_output():
+    rank = G.Rank(W1, "worker", "ssh://x", CX7[W1])
+    docker = prog.Docker(rank, runner=lambda argv, timeout: (0, "<html>", ""))
+    assert docker.inspect(CONTAINER) == G.RankObservation(W1, reachable=False, exists=False, error="unreadable inspect output")
+    docker = prog.Docker(rank, runner=lambda argv, timeout: (125, "", ""))
+    assert docker.inspect(CONTAINER).error == "docker exit code 125"
+
+
+def test_docker_env_value(rig):
+    docker = rig.guard.nodes[HEAD]
+    assert docker.env_value(CONTAINER, "VLLM_API_KEY") == "sekrit"
+    assert docker.env_value(CONTAINER, "HF_TOKEN") is None
+    assert docker.env_value("other", "VLLM_API_KEY") is None
+
+
+def test_docker_env_points_at_the_node(monkeypatch):
+    monkeypatch.setenv("DOCKER_HOST", "tcp://elsewhere:2375")
+    head = prog.Docker(G.Rank(HEAD, "head", "", CX7[HEAD]))._env()
+    worker = prog.Docker(G.Rank(W1, "worker", "ssh://dgxspark-guard-spark2", CX7[W1]))._env()
+    assert "DOCKER_HOST" not in head
+    assert worker["DOCKER_HOST"] == "ssh://dgxspark-guard-spark2"
+    assert worker["PATH"].split(os.pathsep)[0] == str(SCRIPT.parent / "bin")
+
+
+def test_state_file_survives_a_new_guard(rig):
+    rig.nodes[W1].crash()
+    assert rig.guard.tick() == "restored"
+    again = rig.new_guard()
+    assert again.files.state == rig.state
+
+
+def test_status_document(rig):
+    rig.lock("site.yml")
+    doc = prog.status_document(rig.config, rig.clock.now)
+    assert doc["state"]["status"] == "maintenance" and doc["gave_up"] is False
+    assert doc["summary"].startswith("IN MAINTENANCE (held by site.yml")
+    os.unlink(rig.config.state_path)
+    assert prog.status_document(rig.config, rig.clock.now)["state"] is None
