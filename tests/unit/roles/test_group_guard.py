@@ -10,11 +10,14 @@ waits complete through the real phase detection. Every docker command is journal
 from __future__ import annotations
 
 import calendar
+import http.server
 import importlib.util
 import ipaddress
 import json
 import os
+import socket
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -727,3 +730,137 @@ def test_status_document(rig):
     assert doc["summary"].startswith("IN MAINTENANCE (held by site.yml")
     os.unlink(rig.config.state_path)
     assert prog.status_document(rig.config, rig.clock.now)["state"] is None
+
+
+# ------------------------------------------------------------------------------------------------ the API probe
+
+class _Api(http.server.BaseHTTPRequestHandler):
+    """The head's API: answers from server.answers by path, every request recorded in server.seen."""
+
+    def do_GET(self):
+        self._answer(None)
+
+    def do_POST(self):
+        self._answer(json.loads(self.rfile.read(int(self.headers["Content-Length"]))))
+
+    def _answer(self, body):
+        self.server.seen.append((self.command, self.path, self.headers.get("Authorization"), body))
+        status, text = self.server.answers.get(self.path, (404, "not found"))
+        data = text.encode("utf-8")
+        self.send_response(status)
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def log_message(self, *args):   # pylint: disable=arguments-differ
+        pass
+
+
+@pytest.fixture(name="api")
+def api_fixture(monkeypatch):
+    monkeypatch.setenv("http_proxy", "http://127.0.0.1:9")     # the probe must never go through a proxy
+    monkeypatch.setenv("HTTP_PROXY", "http://127.0.0.1:9")
+    monkeypatch.delenv("no_proxy", raising=False)
+    monkeypatch.delenv("NO_PROXY", raising=False)
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Api)
+    server.seen, server.answers = [], {}
+    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
+    thread.start()
+    yield server
+    server.shutdown()
+    server.server_close()
+    thread.join(5)
+
+
+def api_probe(tmp_path, port):
+    rig = Rig(tmp_path, api_url="http://127.0.0.1:%d" % port, probe_timeout_seconds=5)
+    return rig, prog.ApiProbe(rig.config, rig.guard.nodes[HEAD], clock=rig.clock)
+
+
+METRICS_TEXT = (ROOT / "tests" / "fixtures" / "metrics" / "vllm-0.32.0-cpu-lab-captured.2.txt").read_text(encoding="utf-8")
+
+
+def test_api_probe_asks_health_a_completion_and_metrics_with_the_key(tmp_path, api):
+    api.answers = {"/health": (200, ""), "/v1/completions": (200, '{"choices": []}'), "/metrics": (200, METRICS_TEXT)}
+    _rig, probe = api_probe(tmp_path, api.server_address[1])
+    assert probe.probe_once() == (True, True, "ok", 8.0)
+    assert api.seen == [
+        ("GET", "/health", "Bearer sekrit", None),
+        ("POST", "/v1/completions", "Bearer sekrit", {"model": "glm", "prompt": "1", "max_tokens": 1, "temperature": 0}),
+        ("GET", "/metrics", "Bearer sekrit", None),
+    ]
+    assert probe.serves() == (True, "ok")
+
+
+def test_api_probe_health_failing_stops_there(tmp_path, api):
+    api.answers = {"/health": (503, "")}
+    _rig, probe = api_probe(tmp_path, api.server_address[1])
+    assert probe.probe_once() == (False, False, "GET /health: 503", None)
+    assert [path for _c, path, _a, _b in api.seen] == ["/health"]
+    assert probe.serves() == (False, "GET /health: 503")
+
+
+def test_api_probe_failed_completion_still_reads_progress(tmp_path, api):
+    api.answers = {"/health": (200, ""), "/v1/completions": (500, "boom")}
+    _rig, probe = api_probe(tmp_path, api.server_address[1])
+    health, ok, detail, progress = probe.probe_once()
+    assert (health, ok, progress) == (True, False, None)        # /metrics answered 404: no progress
+    assert detail.startswith("POST /v1/completions (1 token): 500 after ") and detail.endswith(" s")
+    assert probe.serves()[0] is False
+
+
+def test_api_probe_rereads_the_key_after_a_401(tmp_path, api):
+    api.answers = {"/health": (200, ""), "/v1/completions": (200, "{}")}
+    rig, probe = api_probe(tmp_path, api.server_address[1])
+    assert probe.probe_once()[:3] == (True, True, "ok")
+    rig.box(HEAD).env = ["VLLM_API_KEY=rotated"]       # the launch recreated the head with another key
+    api.answers["/v1/completions"] = (401, "")
+    api.seen.clear()
+    assert probe.probe_once()[:2] == (True, False)
+    assert [(path, auth) for _c, path, auth, _b in api.seen] == [
+        ("/health", "Bearer sekrit"), ("/v1/completions", "Bearer sekrit"), ("/metrics", "Bearer rotated")]
+    api.answers["/v1/completions"] = (200, "{}")
+    api.seen.clear()
+    assert probe.probe_once()[:3] == (True, True, "ok")
+    assert {auth for _c, _p, auth, _b in api.seen} == {"Bearer rotated"}
+
+
+def test_api_probe_without_a_key_sends_none(tmp_path, api):
+    api.answers = {"/health": (200, ""), "/v1/completions": (200, "{}")}
+    rig, probe = api_probe(tmp_path, api.server_address[1])
+    rig.box(HEAD).env = ["PATH=/usr/bin"]
+    assert probe.probe_once()[:3] == (True, True, "ok")
+    assert {auth for _c, _p, auth, _b in api.seen} == {None}
+
+
+def test_api_probe_connection_refused(tmp_path):
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    _rig, probe = api_probe(tmp_path, port)
+    health, ok, detail, progress = probe.probe_once()
+    assert (health, ok, progress) == (False, False, None)
+    assert detail.startswith("GET /health: ") and "refused" in detail
+
+
+def _run_once(probe, answer):
+    """One pass of the probe thread's loop, on this thread."""
+    def once():
+        probe.stop()
+        return answer
+    probe.probe_once = once
+    probe.run()
+
+
+def test_api_probe_loop_judges_failures_only_after_a_first_answer(tmp_path):
+    rig, probe = api_probe(tmp_path, 9)
+    _run_once(probe, (True, False, "timed out", 5.0))
+    assert probe.snapshot() == (None, "")                     # warming: never answered since the start
+    probe.resume(answered=True)                               # a restore just saw a completion
+    probe._stop.clear()                                       # pylint: disable=protected-access
+    _run_once(probe, (True, False, "timed out", 5.0))
+    assert probe.snapshot() == (rig.clock.now, "timed out")
+    probe.pause()
+    assert probe.snapshot() == (None, "")
+    probe.resume()
+    assert probe.snapshot() == (None, "")

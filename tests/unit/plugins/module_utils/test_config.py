@@ -328,3 +328,24 @@ def test_the_example_inventory_switches_models_with_one_variable(profile: str, s
     assert ("--reasoning-parser" in command) is (profile == "glm53_flash_nvfp4")
     assert ("--speculative-config" in command) is (profile == "glm53_flash_nvfp4")
     assert command[command.index("--served-model-name") + 1] == served
+
+
+# --------------------------------------------------------------------------- the group guard
+
+
+def test_the_guard_is_on_for_docker_run_and_off_for_the_kit_unless_asked() -> None:
+    assert resolve(inputs())["guard"] is True
+    assert resolve(inputs({"guard": "no"}))["guard"] is False
+    assert resolve(inputs({"guard": False}))["sources"]["guard"] == "dgxspark_vllm_guard"
+    kit = {"profile": "glm53_flash_exl3", "accept_noncommercial_drafter": True}
+    assert resolve(inputs(kit))["guard"] is False
+    assert resolve(inputs(dict(kit, guard=False)))["guard"] is False
+
+
+def test_the_guard_is_refused_for_the_kit_and_a_bad_value_is_named() -> None:
+    found = problems(inputs({"profile": "glm53_flash_exl3", "accept_noncommercial_drafter": True, "guard": True}))
+    assert len(found) == 1
+    assert found[0].startswith("dgxspark_vllm_guard: true is refused for profile glm53_flash_exl3 (launcher exl3_kit)")
+    assert "set dgxspark_vllm_guard: false" in found[0]
+    assert problems(inputs({"guard": "sometimes"})) == [
+        "dgxspark_vllm_guard must be true or false, got 'sometimes' (e.g. dgxspark_vllm_guard: true)"]
