@@ -234,11 +234,12 @@ class ApiProbe(threading.Thread):
     def run(self) -> None:
         while not self._stop.is_set():
             if not self._paused.is_set():
+                asked = self.clock()   # a failure dates from the question: the API stopped answering by then
                 health, ok, detail, progress = self.probe_once()
                 with self.lock:
                     if not self._paused.is_set():
                         was_failing = self.state.failing_since is not None
-                        verdict = G.judge_probe(self.state, self.clock(), health, ok, detail, progress)
+                        verdict = G.judge_probe(self.state, asked, health, ok, detail, progress)
                         if verdict == "failing" and not was_failing:
                             log(LOG_WARNING, "the head's API failed: %s (broken after %.0f s of this)"
                                 % (detail, self.config.grace_seconds))
@@ -387,8 +388,8 @@ class Guard:
                 log(LOG_WARNING, "broken (%s), backing off until %s" % (finding.reason, G.iso(state.next_attempt_at)))
                 self.files.save()
             return "backoff"
-        self.restore(finding)
-        return "restored" if state.last_restore and state.last_restore.get("ok") else "restore_failed"
+        record = self.restore(finding)
+        return "restored" if record["ok"] else "handed_over" if record.get("aborted") else "restore_failed"
 
     def give_up(self, finding: G.Finding, now: float) -> None:
         state = self.files.state
@@ -419,6 +420,11 @@ class Guard:
         while pending:
             if self.stopping.is_set():
                 record.update(failed_rank=sorted(pending)[0], failed_phase=target, error="the guard is stopping")
+                return False
+            lock = self.maintenance()
+            if lock is not None:
+                record.update(failed_rank=None, failed_phase=target, aborted=True,
+                              error="maintenance began (%s): that run owns the cluster now" % lock["holder"])
                 return False
             for rank in ranks:
                 if rank.name not in pending:
@@ -456,6 +462,11 @@ class Guard:
             ok, detail = self.probe.serves()
             if ok:
                 return True
+            lock = self.maintenance()
+            if lock is not None:
+                record.update(failed_rank=None, failed_phase="api_up", aborted=True,
+                              error="maintenance began (%s): that run owns the cluster now" % lock["holder"])
+                return False
             if self.clock() > deadline or self.stopping.is_set():
                 record.update(failed_rank=self.config.head.name, failed_phase="api_up", error="the head does not "
                               "answer a completion: %s" % detail)
@@ -479,6 +490,11 @@ class Guard:
             record["ok"] = True
             record["baseline"] = self.baseline(self.observe())
             log(LOG_NOTICE, "RESTORED in %.1f s: the group serves again (%s)" % (record["duration_seconds"], finding.reason))
+        elif record.get("aborted"):
+            log(LOG_NOTICE, "restore handed over after %.1f s: %s" % (record["duration_seconds"], record.get("error")))
+            if self.probe:
+                self.probe.resume()
+            return record   # not counted: the maintenance run decides what runs
         else:
             node = self.nodes.get(record.get("failed_rank") or "")
             if node is not None:

@@ -864,3 +864,24 @@ def test_api_probe_loop_judges_failures_only_after_a_first_answer(tmp_path):
     assert probe.snapshot() == (None, "")
     probe.resume()
     assert probe.snapshot() == (None, "")
+
+
+def test_maintenance_taken_during_a_restore_hands_the_cluster_over(rig, capsys):
+    rig.clock.advance(30)
+    rig.nodes[W1].crash(exit_code=1)
+    sleep = rig.guard.sleep
+
+    def sleep_then_lock(seconds):   # a launch takes the lock while the workers load
+        sleep(seconds)
+        if not Path(rig.config.maintenance_path).exists():
+            rig.lock("Launch vLLM")
+
+    rig.guard.sleep = sleep_then_lock
+    mark = rig.mark()
+    assert rig.guard.tick() == "handed_over"
+    # the workers were started, the head was not, and nothing was stopped again after the hand-over
+    assert rig.actions(mark) == [(HEAD, "stop"), (W2, "stop"), (W1, "start"), (W2, "start")]
+    assert rig.state.restores_total == 0 and rig.state.attempts == []
+    assert "restore handed over" in capsys.readouterr().out
+    assert rig.guard.tick() == "maintenance"
+    assert rig.actions(mark) == [(HEAD, "stop"), (W2, "stop"), (W1, "start"), (W2, "start")]
