@@ -403,10 +403,12 @@ class Guard:
 
     # -- restoring
     def stop_group(self) -> str | None:
-        """Head first, then every worker: a headless worker does not exit when its head dies."""
+        """Head first (SIGTERM with stop_seconds, then SIGKILL: a hung head ignores SIGTERM), then every worker,
+        killed at once as the launch does: a headless worker whose head is gone does not exit on SIGTERM."""
         errors = []
         for rank in self.config.ranks:
-            error = self.nodes[rank.name].stop(self.config.container, self.config.stop_seconds)
+            grace = self.config.stop_seconds if rank.role == "head" else 0
+            error = self.nodes[rank.name].stop(self.config.container, grace)
             if error:
                 errors.append("%s: %s" % (rank.name, error))
         return "; ".join(errors) or None

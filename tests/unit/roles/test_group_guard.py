@@ -321,6 +321,8 @@ def test_stopped_worker_restores_the_group_in_order(rig, capsys):
     head = rig.commands(HEAD, mark)
     at = head.index(("stop", "--time", "10", CONTAINER))      # bounded: checked before and after
     assert head[at - 1] == head[at + 1] == ("inspect", "--format", "{{json .State}}", CONTAINER)
+    # a worker whose head is gone does not exit on SIGTERM: killed at once, as the launch does
+    assert ("stop", "--time", "0", CONTAINER) in rig.commands(W2, mark)
     # the head started only once both workers' logs showed their rendezvous
     worker_started = starts(rig, W1)[-1]
     assert starts(rig, W2)[-1] == worker_started == broken_at
