@@ -887,3 +887,16 @@ def test_maintenance_taken_during_a_restore_hands_the_cluster_over(rig, capsys):
     assert "restore handed over" in capsys.readouterr().out
     assert rig.guard.tick() == "maintenance"
     assert rig.actions(mark) == [(HEAD, "stop"), (W2, "stop"), (W1, "start"), (W2, "start")]
+
+
+def test_a_launch_that_restarted_nothing_arms_without_a_change(rig):
+    """The idempotent re-run: the run's own maintenance lock, the same containers - nothing changed."""
+    rig.lock("Launch vLLM")
+    assert rig.guard.tick() == "maintenance"
+    assert rig.saved()["status"] == "maintenance"
+    result = rig.guard.arm("Launch vLLM")
+    assert result["changed"] is False and result["status"] == "armed"
+    assert not os.path.exists(rig.config.maintenance_path)
+    mark = rig.mark()
+    assert rig.guard.tick() == "ok"       # the running guard leaves its maintenance by itself
+    assert rig.state.status == "armed" and rig.actions(mark) == []
