@@ -344,9 +344,9 @@ class Guard:
                 if self.probe:
                     self.probe.pause()
             return "maintenance"
+        observed = self.observe()
         if state.status == "maintenance":
             # released without an arm (staging alone): take what serves now as the group
-            observed = self.observe()
             if all(o.reachable and o.running for o in observed):
                 state.baseline = self.baseline(observed)
             state.maintenance = None
@@ -355,7 +355,6 @@ class Guard:
             self.files.save()
             if self.probe:
                 self.probe.resume()
-        observed = self.observe()
         failing_since, detail = self.probe.snapshot() if self.probe else (None, "")
         if not state.baseline and all(o.reachable and o.running for o in observed):
             state.baseline = self.baseline(observed)
