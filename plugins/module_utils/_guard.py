@@ -58,6 +58,7 @@ class GuardConfig:
     poll_seconds: float = 1.0               # between two polls while a restore waits on a rank
     budgets: dict[str, float] = field(default_factory=lambda: dict(DEFAULT_BUDGETS))
     peer_grace_seconds: float = 30.0
+    stall_seconds: float | None = None      # a restore's load whose log stands still this long fails (None: off)
     node_wait_seconds: float = 600.0        # how long to wait for a node's Docker to answer (after a reboot)
     backoff_seconds: float = 10.0           # before the 2nd restore in a window; doubled for each further one
     backoff_max_seconds: float = 900.0
@@ -76,7 +77,7 @@ class GuardConfig:
 
 _FLOATS = ("interval_seconds", "probe_interval_seconds", "probe_timeout_seconds", "grace_seconds", "stop_seconds",
            "poll_seconds", "peer_grace_seconds", "node_wait_seconds", "backoff_seconds", "backoff_max_seconds",
-           "window_seconds")
+           "window_seconds", "stall_seconds")
 _INTS = ("max_failed_restores", "log_lines")
 _STRINGS = ("container", "api_url", "served_model_name", "state_path", "maintenance_path")
 
@@ -413,7 +414,7 @@ def maintenance_active(text: str | None, now: float) -> dict[str, Any] | None:
 
 TUNABLES = ("interval_seconds", "probe_interval_seconds", "probe_timeout_seconds", "grace_seconds", "stop_seconds",
             "poll_seconds", "peer_grace_seconds", "node_wait_seconds", "backoff_seconds", "backoff_max_seconds",
-            "max_failed_restores", "window_seconds", "log_lines", "budgets")
+            "max_failed_restores", "window_seconds", "log_lines", "budgets", "stall_seconds")
 
 
 def ssh_alias(host: str) -> str:

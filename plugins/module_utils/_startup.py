@@ -36,6 +36,15 @@ class Observation:
     phase: str | None = None          # highest phase the log proves (None: nothing yet)
     engine_error: str | None = None   # short reason when the log shows a fatal error
     peers_connected: frozenset[str] = frozenset()
+    paused: bool = False              # `docker pause`d (frozen): still "running" to Docker
+    progress: tuple | None = None     # what moves while the engine works (see `progress_mark`); None: not read
+    shards: tuple[int, int] | None = None   # checkpoint shards (loaded, in all), from the log's progress bar
+    last_line: str | None = None
+
+
+def progress_mark(phase: str | None, shards_done: int | None, progress_lines: int) -> tuple:
+    """The part of a rank's log that moves while its engine works: phase, shards loaded, lines written."""
+    return (phase, shards_done, progress_lines)
 
 
 @dataclass
@@ -44,6 +53,7 @@ class Verdict:
     phase: str | None
     reason: str | None = None
     phase_reached_at: dict[str, float] = field(default_factory=dict)
+    progress: dict = field(default_factory=dict)
 
 
 @dataclass
@@ -58,6 +68,10 @@ class Watch:
     peers_after: str = "rendezvous"
     reached: dict[str, float] = field(default_factory=dict)
     peers_seen: dict[str, float] = field(default_factory=dict)
+    stall_seconds: float | None = None
+    progress_mark: tuple | None = None
+    progress_at: float | None = None
+    first_shards: tuple[float, int] | None = None   # (when, shards loaded) at the first shard line seen
 
 
 def phase_index(phase: str | None) -> int:
@@ -70,8 +84,13 @@ def phase_index(phase: str | None) -> int:
 
 
 def make_watch(target: str, budgets: dict[str, float] | None, started: float, peers: list[str] | None = None,
-               peer_grace: float = 30.0, peers_after: str = "rendezvous") -> Watch:
-    """Validate options and start a watch."""
+               peer_grace: float = 30.0, peers_after: str = "rendezvous", stall_seconds: float | None = None) -> Watch:
+    """Validate options and start a watch.
+
+    With `stall_seconds`, a rank whose log has not moved (`Observation.progress`) for that long fails the wait,
+    counted from when every peer is connected (the group is together; before that a rank may wait on the others
+    for as long as their own start takes, which the phase budgets bound).
+    """
     phase_index(target)
     phase_index(peers_after)
     merged = dict(DEFAULT_BUDGETS)
@@ -86,13 +105,50 @@ def make_watch(target: str, budgets: dict[str, float] | None, started: float, pe
         merged[name] = seconds
     if peer_grace <= 0:
         raise StartupError(f"peer_grace_seconds must be positive, got {peer_grace!r}")
+    if stall_seconds is not None and stall_seconds <= 0:
+        raise StartupError(
+            f"stall_seconds must be positive (or unset to turn stall detection off), got {stall_seconds!r}")
     for peer in peers or []:
         try:
             ipaddress.ip_address(peer)
         except ValueError as exc:
             raise StartupError(f"peer {peer!r} is not an IP address: give the peers' CX7 IPs") from exc
     return Watch(target=target, budgets=merged, started=started, peers=tuple(peers or ()), peer_grace=peer_grace,
-                 peers_after=peers_after)
+                 peers_after=peers_after, stall_seconds=stall_seconds)
+
+
+def progress_report(watch: Watch, obs: Observation, phase: str | None) -> dict:
+    """Where the rank's load stands, for a person watching: phase, shards N/M and their rate, the quiet time."""
+    done, total = obs.shards if obs.shards else (None, None)
+    rate = None
+    if done is not None:
+        if watch.first_shards is None:
+            watch.first_shards = (obs.now, done)
+        t0, n0 = watch.first_shards
+        if obs.now > t0 and done > n0:
+            rate = round((done - n0) * 60.0 / (obs.now - t0), 2)
+    quiet = None if watch.progress_at is None else round(obs.now - watch.progress_at, 1)
+    return {"phase": phase, "shards_done": done, "shards_total": total, "shards_per_minute": rate,
+            "seconds_without_progress": quiet, "stall_seconds": watch.stall_seconds, "paused": obs.paused,
+            "last_line": obs.last_line}
+
+
+def describe_progress(progress: dict) -> str:
+    """One line for a person watching a load: phase, shards N/M and their rate, quiet time against the stall timeout."""
+    parts = [f"phase {progress.get('phase') or 'none'}"]
+    if progress.get("shards_total"):
+        rate = progress.get("shards_per_minute")
+        parts.append(f"checkpoint shards {progress.get('shards_done')}/{progress['shards_total']}"
+                     + (f" at {rate:g} per minute" if rate else ""))
+    quiet = progress.get("seconds_without_progress")
+    if quiet is None:
+        parts.append("waiting for every rank to connect")
+    else:
+        stall = progress.get("stall_seconds")
+        parts.append(f"last progress {quiet:.0f} s ago" + (f" (stall timeout {stall:.0f} s)" if stall else ""))
+    if progress.get("paused"):
+        parts.append("PAUSED")
+    return ", ".join(parts)
 
 
 def step(watch: Watch, obs: Observation) -> Verdict:
@@ -105,9 +161,13 @@ def step(watch: Watch, obs: Observation) -> Verdict:
             watch.reached.setdefault(name, obs.now)
     for peer in obs.peers_connected:
         watch.peers_seen[peer] = obs.now
+    together = all(peer in watch.peers_seen for peer in watch.peers)
+    if obs.progress is not None and together and (watch.progress_at is None or obs.progress != watch.progress_mark):
+        watch.progress_mark, watch.progress_at = obs.progress, obs.now
 
     def verdict(status: str, reason: str | None = None) -> Verdict:
-        return Verdict(status=status, phase=current, reason=reason, phase_reached_at=dict(watch.reached))
+        return Verdict(status=status, phase=current, reason=reason, phase_reached_at=dict(watch.reached),
+                       progress=progress_report(watch, obs, current))
 
     if obs.engine_error:
         return verdict("failed", f"engine error: {obs.engine_error}")
@@ -125,6 +185,15 @@ def step(watch: Watch, obs: Observation) -> Verdict:
                 what = "dropped its connection" if peer in watch.peers_seen else "never connected"
                 return verdict("failed", f"peer {peer} {what} (no TCP connection for {obs.now - last:.0f} s) "
                                f"while this rank waited in phase {current}: the peer's engine is dead or hung")
+    # a stalled load: the group is together and this rank's log has not moved for stall_seconds
+    if watch.stall_seconds is not None and watch.progress_at is not None and obs.running:
+        quiet = obs.now - watch.progress_at
+        if quiet > watch.stall_seconds:
+            shards = f", checkpoint shards {obs.shards[0]}/{obs.shards[1]}" if obs.shards else ""
+            frozen = "; the container is paused (docker pause)" if obs.paused else ""
+            return verdict("failed", f"stalled: no progress for {quiet:.0f} s (stall timeout "
+                           f"{watch.stall_seconds:g} s) in phase {current}{shards}{frozen}; "
+                           f"last line: {obs.last_line or 'none'}")
     # budget of the next phase, counted from when the previous one was reached
     nxt = PHASES[phase_index(current) + 1]
     since = watch.reached.get(current, watch.started) if current is not None else watch.started

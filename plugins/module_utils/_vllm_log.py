@@ -147,6 +147,9 @@ class LogReport:
     error_line: str | None = None
     starts_seen: int = 0
     last_line: str | None = None
+    shards_done: int | None = None
+    shards_total: int | None = None
+    progress_lines: int = 0
 
     @property
     def kv_cache_memory_bytes(self) -> int | None:
@@ -173,6 +176,9 @@ class LogReport:
             "error_line": self.error_line,
             "starts_seen": self.starts_seen,
             "last_line": self.last_line,
+            "shards_done": self.shards_done,
+            "shards_total": self.shards_total,
+            "progress_lines": self.progress_lines,
         }
 
 
@@ -584,6 +590,35 @@ def detect_engine_error(lines: Sequence[LogLine]) -> EngineError | None:
 
 
 # ---------------------------------------------------------------------------------------------------------
+# Load progress
+
+# vLLM's own checkpoint progress bar (rank 0 only; its bar format ends every update with a newline, so each
+# update is a log line): ``Loading safetensors checkpoint shards:  50% Completed | 40/80 [01:02<01:02, 0.6it/s]``
+_SHARDS_RE = re.compile(r"\bcheckpoint shards(?: \([a-z]+\))?: *\d+% Completed \| (?P<done>\d+)/(?P<total>\d+)\b")
+# Lines an engine prints while it waits on another rank: they say time passes, not that the load moves.
+_WAIT_NOTICE_RES: tuple[re.Pattern[str], ...] = (
+    re.compile(r"\bNo available shared memory broadcast block found in \d+ seconds?\b"),
+)
+
+
+def parse_shards(lines: Iterable[LogLine]) -> tuple[int | None, int | None]:
+    """(shards loaded, shards in all) from the latest checkpoint progress line, or (None, None)."""
+    done: int | None = None
+    total: int | None = None
+    for line in lines:
+        match = _SHARDS_RE.search(line.message)
+        if match:
+            done, total = int(match.group("done")), int(match.group("total"))
+    return done, total
+
+
+def count_progress_lines(lines: Iterable[LogLine]) -> int:
+    """Non-blank lines that show the engine doing something (wait notices excluded)."""
+    return sum(1 for line in lines
+               if line.message.strip() and not any(p.search(line.message) for p in _WAIT_NOTICE_RES))
+
+
+# ---------------------------------------------------------------------------------------------------------
 # Top level
 
 
@@ -595,6 +630,7 @@ def parse_log(text: str) -> LogReport:
     phase, phase_line = detect_phase(current)
     error = detect_engine_error(current)
     last = next((line.message.strip() for line in reversed(current) if line.message.strip()), None)
+    shards = parse_shards(current)
     return LogReport(
         suggestions=tuple(parse_kv_suggestions(current)),
         estimated_max_model_len=parse_estimated_max_model_len(current),
@@ -607,6 +643,9 @@ def parse_log(text: str) -> LogReport:
         error_line=error.line if error else None,
         starts_seen=starts,
         last_line=last,
+        shards_done=shards[0],
+        shards_total=shards[1],
+        progress_lines=count_progress_lines(current),
     )
 
 

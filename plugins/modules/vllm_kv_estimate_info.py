@@ -201,6 +201,21 @@ last_line:
   returned: always
   type: str
   sample: "world_size=2 rank=0 local_rank=0 distributed_init_method=tcp://10.0.0.1:29521 backend=nccl"
+shards_done:
+  description: Checkpoint shards loaded, from vLLM's progress bar (printed by rank 0 only); null without one.
+  returned: always
+  type: int
+  sample: 40
+shards_total:
+  description: Checkpoint shards in all, from the same line; null without one.
+  returned: always
+  type: int
+  sample: 80
+progress_lines:
+  description: Non-blank lines of the latest start, wait notices left out (what a stall watch sees move).
+  returned: always
+  type: int
+  sample: 118
 """
 
 from functools import partial

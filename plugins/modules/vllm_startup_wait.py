@@ -71,6 +71,22 @@ options:
     description: Seconds O(api_url) may take to answer HTTP 200 after the target phase was reached.
     type: float
     default: 120
+  stall_seconds:
+    description:
+      - End the wait with RV(ok=false) when this rank's log has not moved (no new phase, no checkpoint shard, no new
+        line other than a wait notice) for this many seconds, counted from when every peer in O(peers) is connected
+        (at once without O(peers)). The reason names the phase, the shards loaded and the last line, and says when
+        the container is paused.
+      - Phase budgets stay the outer bound. vLLM prints checkpoint shard progress on rank 0 only, so a worker's
+        weight load is one silent step: the timeout must be longer than the longest silent step of a start.
+      - Unset, there is no stall detection.
+    type: float
+  progress_path:
+    description:
+      - Write where the rank stands (RV(progress)'s shape plus C(status), C(target), C(elapsed) and C(summary), one line
+        for a person) to this JSON file (mode 0600) at every poll, for a caller that runs this module as an async job
+        and shows its progress.
+    type: path
 extends_documentation_fragment:
   - dgxspark.vllm.attributes
 attributes:
@@ -153,6 +169,15 @@ log_report:
   returned: always
   type: dict
   sample: {kv_cache_tokens: 5116928, kv_cache_pool: KV cache, max_concurrency: 1249.25, phase: api_up}
+progress:
+  description:
+    - Where the rank stood at the end of the wait. C(phase), C(shards_done)/C(shards_total) (the checkpoint
+      progress bar, rank 0 only; null elsewhere), C(shards_per_minute), C(seconds_without_progress) (null until
+      the group is together), C(stall_seconds), C(paused) (the container is frozen) and C(last_line).
+  returned: always
+  type: dict
+  sample: {phase: rendezvous, shards_done: 40, shards_total: 80, shards_per_minute: 12.5, seconds_without_progress: 1.5,
+           stall_seconds: 600, paused: false, last_line: "Loading safetensors checkpoint shards:  50% Completed | 40/80"}
 api:
   description:
     - The O(api_url) check, when asked for; null otherwise. C(status) is the last HTTP status (null when no
@@ -169,6 +194,8 @@ last_lines:
 """
 
 import json
+import os
+import tempfile
 import time
 from urllib.error import HTTPError, URLError
 
@@ -177,19 +204,41 @@ from ansible.module_utils.urls import open_url
 
 from ansible_collections.dgxspark.vllm.plugins.module_utils._docker_logs import DockerLogsError, read_container_logs
 from ansible_collections.dgxspark.vllm.plugins.module_utils._startup import (
-    Observation, StartupError, established_peers, make_watch, step,
+    Observation, StartupError, describe_progress, established_peers, make_watch, progress_mark, step,
 )
 from ansible_collections.dgxspark.vllm.plugins.module_utils._vllm_log import PHASES, parse_log
 
 
-def _inspect(module: AnsibleModule, name: str) -> tuple[bool, bool, int | None]:
+def _state(module: AnsibleModule, name: str) -> dict | None:
+    """The container's State (None when it does not exist)."""
     rc, out, err = module.run_command(["docker", "inspect", "--format", "{{json .State}}", name])
     if rc != 0:
         if "No such" in err or "no such" in err:
-            return False, False, None
+            return None
         module.fail_json(msg=f"docker inspect {name} failed on this node: {err.strip()}; is dockerd running?")
-    state = json.loads(out)
+    return json.loads(out)
+
+
+def _inspect(module: AnsibleModule, name: str) -> tuple[bool, bool, int | None]:
+    state = _state(module, name)
+    if state is None:
+        return False, False, None
     return True, bool(state.get("Running")), state.get("ExitCode")
+
+
+def _write_progress(path: str, document: dict) -> None:
+    """Replace the progress file atomically (0600: it is read by the caller's poll, as root)."""
+    folder = os.path.dirname(path) or "."
+    os.makedirs(folder, mode=0o700, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=folder, prefix=".progress-")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            json.dump(document, fh)
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
 
 
 def _check_api(module: AnsibleModule, url: str, api_key: str | None, timeout: float, poll: float,
@@ -245,12 +294,15 @@ def main() -> None:
             "api_url": {"type": "str"},
             "api_key": {"type": "str", "no_log": True},
             "api_timeout": {"type": "float", "default": 120.0},
+            "stall_seconds": {"type": "float"},
+            "progress_path": {"type": "path"},
         },
         supports_check_mode=True,
     )
     p = module.params
     empty = {"ok": True, "status": "check_mode", "phase": None, "reason": None, "engine_error": None,
-             "phase_reached_after": {}, "elapsed": 0.0, "container": {}, "log_report": None, "api": None, "last_lines": []}
+             "phase_reached_after": {}, "elapsed": 0.0, "container": {}, "log_report": None, "api": None,
+             "last_lines": [], "progress": {}}
     if module.check_mode:
         module.exit_json(changed=False, **empty)
     if p["poll_interval"] <= 0:
@@ -259,13 +311,22 @@ def main() -> None:
         module.fail_json(msg="api_timeout must be positive, got %g" % p["api_timeout"])
     t0 = time.monotonic()
     try:
-        watch = make_watch(p["target_phase"], p["budgets"], t0, p["peers"], p["peer_grace_seconds"], p["peers_after"])
+        watch = make_watch(p["target_phase"], p["budgets"], t0, p["peers"], p["peer_grace_seconds"], p["peers_after"],
+                           p["stall_seconds"])
     except StartupError as exc:
         module.fail_json(msg=str(exc))
 
+    def publish(verdict, status: str) -> None:
+        if p["progress_path"]:
+            _write_progress(p["progress_path"], dict(verdict.progress, status=status, target=p["target_phase"],
+                                                     elapsed=round(time.monotonic() - t0, 1),
+                                                     summary=describe_progress(verdict.progress)))
+
     text = ""
     while True:
-        exists, running, exit_code = _inspect(module, p["container"])
+        state = _state(module, p["container"])
+        exists, running = state is not None, bool(state and state.get("Running"))
+        exit_code, paused = (state or {}).get("ExitCode"), bool(state and state.get("Paused"))
         report = None
         if exists:
             try:
@@ -276,8 +337,14 @@ def main() -> None:
         peers = established_peers(_proc_net_tcp(), watch.peers) if watch.peers else frozenset()
         obs = Observation(now=time.monotonic(), exists=exists, running=running, exit_code=exit_code,
                           phase=report.phase if report and (running or report.phase != PHASES[0]) else None,
-                          engine_error=report.engine_error if report else None, peers_connected=peers)
+                          engine_error=report.engine_error if report else None, peers_connected=peers, paused=paused,
+                          progress=(progress_mark(report.phase, report.shards_done, report.progress_lines)
+                                    if report else None),
+                          shards=(report.shards_done, report.shards_total) if report and report.shards_total else None,
+                          last_line=report.last_line if report else None)
         verdict = step(watch, obs)
+        # with an API check still to come, "done" is written only once that check is over
+        publish(verdict, "waiting" if verdict.status == "done" and p["api_url"] else verdict.status)
         if verdict.status != "waiting":
             break
         time.sleep(p["poll_interval"])
@@ -292,6 +359,7 @@ def main() -> None:
             if exists:
                 text = read_container_logs(module.run_command, p["container"])
                 report = parse_log(text)
+        publish(verdict, status)
     lines = [line for line in text.splitlines() if line.strip()]
     module.exit_json(
         changed=False,
@@ -305,6 +373,7 @@ def main() -> None:
         container={"exists": exists, "running": running, "exit_code": exit_code},
         log_report=report.as_dict() if report else None,
         api=api,
+        progress=verdict.progress,
         last_lines=lines[-p["log_lines"]:] if p["log_lines"] > 0 else [],
     )
 

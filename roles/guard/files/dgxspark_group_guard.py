@@ -38,7 +38,7 @@ from ansible_collections.dgxspark.vllm.plugins.module_utils._docker_logs import 
     DockerLogsError, read_container_logs,
 )
 from ansible_collections.dgxspark.vllm.plugins.module_utils._startup import (  # noqa: E402
-    Observation, established_peers, make_watch, step,
+    Observation, established_peers, make_watch, progress_mark, step,
 )
 from ansible_collections.dgxspark.vllm.plugins.module_utils._vllm_log import parse_log  # noqa: E402
 
@@ -416,7 +416,8 @@ class Guard:
         """Wait until every rank in `ranks` reached `target`; on failure fill record and return False."""
         t0 = self.clock()
         watches = {rank.name: make_watch(target, self.config.budgets, t0, peers if rank.role == "head" else None,
-                                         self.config.peer_grace_seconds) for rank in ranks}
+                                         self.config.peer_grace_seconds, stall_seconds=self.config.stall_seconds)
+                   for rank in ranks}
         pending = {rank.name for rank in ranks}
         while pending:
             if self.stopping.is_set():
@@ -440,7 +441,10 @@ class Guard:
                 verdict = step(watches[rank.name], Observation(
                     now=self.clock(), exists=obs.exists, running=obs.running, exit_code=obs.exit_code,
                     phase=report.phase if report and (obs.running or report.phase != "container_started") else None,
-                    engine_error=report.engine_error if report else None, peers_connected=connected))
+                    engine_error=report.engine_error if report else None, peers_connected=connected, paused=obs.paused,
+                    progress=progress_mark(report.phase, report.shards_done, report.progress_lines) if report else None,
+                    shards=(report.shards_done, report.shards_total) if report and report.shards_total else None,
+                    last_line=report.last_line if report else None))
                 record.setdefault("phases", {}).setdefault(rank.name, {}).update(
                     {k: round(v - record["started_at"], 1) for k, v in verdict.phase_reached_at.items()})
                 if verdict.status == "failed":

@@ -19,6 +19,7 @@ from ansible_collections.dgxspark.vllm.plugins.module_utils._vllm_log import (
     LogReport,
     NoKvSuggestionError,
     choose_kv_bytes,
+    count_progress_lines,
     detect_engine_error,
     detect_phase,
     find_latest_start,
@@ -28,6 +29,7 @@ from ansible_collections.dgxspark.vllm.plugins.module_utils._vllm_log import (
     parse_kv_cache_size,
     parse_kv_suggestions,
     parse_log,
+    parse_shards,
 )
 
 
@@ -573,7 +575,8 @@ def test_parse_log_empty() -> None:
         "suggestions": [], "kv_cache_memory_bytes": None, "estimated_max_model_len": None,
         "kv_cache_tokens": None, "kv_cache_pool": None, "max_concurrency": None, "available_kv_cache_gib": None,
         "cpu_kv_cache": None, "phase": "container_started", "phase_line": None, "engine_error": None,
-        "error_line": None, "starts_seen": 0, "last_line": None,
+        "error_line": None, "starts_seen": 0, "last_line": None, "shards_done": None, "shards_total": None,
+        "progress_lines": 0,
     }
 
 
@@ -589,3 +592,99 @@ def test_parse_log_only_latest_start_suggestions() -> None:
     report = parse_log(text)
     assert report.kv_cache_memory_bytes == 333
     assert report.starts_seen == 2
+
+
+# ---------------------------------------------------------------------------------------------------------
+# load progress: checkpoint shards and the lines a stall watch sees move
+
+SHARDS_50 = "Loading safetensors checkpoint shards:  50% Completed | 40/80 [01:02<01:02,  0.64it/s]"
+SHARDS_EAGER = "Loading safetensors checkpoint shards (eager):  25% Completed | 20/80 [00:31<01:33,  0.64it/s]"
+SHM_WAIT = ("(EngineCore pid=26) INFO 12-01 00:15:14 [shm_broadcast.py:466] No available shared memory broadcast "
+            "block found in 60 seconds. This typically happens when some processes are hanging or doing some "
+            "time-consuming work (e.g. compilation, weight/kv cache loading).")
+TS = "2026-12-01T00:15:12.496703695Z "
+
+
+@pytest.mark.parametrize("messages, expected", [
+    ((), (None, None)),
+    (("no progress bar here", WORLD0, "Loading weights took 41.91 seconds"), (None, None)),
+    ((SHARDS_50,), (40, 80)),
+    ((SHARDS_EAGER,), (20, 80)),
+    (("Loading safetensors checkpoint shards:   0% Completed | 0/80 [00:00<?, ?it/s]",), (0, 80)),
+    (("Loading safetensors checkpoint shards: 100% Completed | 80/80 [02:04<00:00,  0.64it/s]",), (80, 80)),
+    # the latest progress line wins, whatever follows it
+    (("Loading safetensors checkpoint shards:   0% Completed | 0/80 [00:00<?, ?it/s]", SHARDS_EAGER, SHARDS_50,
+      "something else"), (40, 80)),
+])
+def test_parse_shards(messages: tuple[str, ...], expected: tuple[int | None, int | None]) -> None:
+    assert parse_shards(_lines(*messages)) == expected
+
+
+def test_parse_shards_through_docker_timestamps_prefixes_and_carriage_returns() -> None:
+    # vLLM's bar as `docker logs --timestamps` shows it: the `\r` comes after the timestamp, and one Docker
+    # line may carry several `\r`-separated updates
+    text = (TS + "\r(Worker_TP0 pid=9) Loading safetensors checkpoint shards:   0% Completed | 0/80 "
+            "[00:00<?, ?it/s]\r\n"
+            + TS + "\r" + SHARDS_EAGER + "\r" + SHARDS_50 + "\r\n")
+    assert parse_shards(normalise(text)) == (40, 80)
+
+
+@pytest.mark.parametrize("messages, expected", [
+    ((), 0),
+    (("", "   ", "\t"), 0),
+    (("one", "", "two", "  three  "), 3),
+    ((SHARDS_50, SHARDS_50), 2),   # a repeated line is still a line written
+    (("No available shared memory broadcast block found in 60 seconds.",
+      "No available shared memory broadcast block found in 1 second.", "real work"), 1),
+])
+def test_count_progress_lines(messages: tuple[str, ...], expected: int) -> None:
+    assert count_progress_lines(_lines(*messages)) == expected
+
+
+def test_wait_notices_with_their_prefixes_are_not_progress() -> None:
+    lines = normalise("\n".join([TS + "(EngineCore pid=26) INFO 12-01 00:15:10 [core.py:1] working", TS + SHM_WAIT,
+                                 SHM_WAIT, TS]))
+    assert count_progress_lines(lines) == 1
+
+
+def _log(*lines: str) -> str:
+    return "".join(TS + line + "\n" for line in lines)
+
+
+def test_parse_log_reports_shards_and_progress_lines() -> None:
+    report = parse_log(_log(VERSION, ARGS, WORLD0, "\r" + SHARDS_EAGER, "\r" + SHARDS_50))
+    assert (report.shards_done, report.shards_total, report.progress_lines) == (40, 80, 5)
+    got = report.as_dict()
+    assert (got["shards_done"], got["shards_total"], got["progress_lines"]) == (40, 80, 5)
+
+
+def test_parse_log_progress_moves_with_work_not_with_wait_notices() -> None:
+    lines = [VERSION, ARGS, WORLD0, SHARDS_50]
+    before = parse_log(_log(*lines))
+    waiting = parse_log(_log(*lines, SHM_WAIT, SHM_WAIT))
+    assert (waiting.shards_done, waiting.progress_lines) == (before.shards_done, before.progress_lines)
+    worked = parse_log(_log(*lines, "Loading weights took 41.91 seconds"))
+    assert worked.progress_lines == before.progress_lines + 1
+    loaded = parse_log(_log(*lines, SHARDS_50.replace("50%", "51%").replace("40/80", "41/80")))
+    assert (loaded.shards_done, loaded.progress_lines) == (41, before.progress_lines + 1)
+
+
+def test_parse_log_counts_progress_of_the_latest_start_only() -> None:
+    first = [VERSION, ARGS, WORLD0, SHARDS_50, "first start line a", "first start line b"]
+    report = parse_log(_log(*first, VERSION, ARGS, WORLD0))
+    assert report.starts_seen == 2
+    assert (report.shards_done, report.shards_total, report.progress_lines) == (None, None, 3)
+    report = parse_log(_log(*first, VERSION, ARGS, WORLD0, SHARDS_EAGER))
+    assert (report.shards_done, report.shards_total, report.progress_lines) == (20, 80, 4)
+
+
+@pytest.mark.parametrize("name, expected", [
+    ("fmt_gpu_single_node_tp2_ready.log", (41, 41)),
+    ("lab_cpu_tp2_head_ready.log.gz", (1, 1)),
+    ("lab_cpu_tp2_worker_ready.log.gz", (None, None)),   # the progress bar is rank 0's only
+    ("fmt_gpu_head_two_starts.log", (None, None)),
+])
+def test_parse_log_shards_of_fixtures(name: str, expected: tuple[int | None, int | None]) -> None:
+    report = parse_log(_read(name))
+    assert (report.shards_done, report.shards_total) == expected
+    assert report.progress_lines > 0

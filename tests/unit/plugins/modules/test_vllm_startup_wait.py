@@ -3,7 +3,9 @@
 """Tests for the vllm_startup_wait module (docker inspect / docker logs answered by a fake run_command)."""
 from __future__ import annotations
 
+import itertools
 import json
+import os
 from collections.abc import Sequence
 from typing import Any
 from unittest import mock
@@ -15,7 +17,7 @@ from ansible.module_utils import basic
 from ansible_collections.dgxspark.vllm.plugins.module_utils._vllm_log import parse_log
 from ansible_collections.dgxspark.vllm.plugins.modules import vllm_startup_wait
 from helpers.fixtures import read_log
-from helpers.module_runner import run_module
+from helpers.module_runner import ModuleFail, run_module
 
 
 class FakeDocker:
@@ -156,3 +158,157 @@ def test_no_api_url_no_api_check() -> None:
     result = _run({"container": "vllm_glm53", "target_phase": "rendezvous"},
                   FakeDocker(read_log("lab_cpu_tp2_worker_ready.log.gz")))
     assert result["ok"] is True and result["api"] is None
+
+
+# ---------------------------------------------------------------------------------------------------------
+# load progress: stall_seconds and progress_path
+
+TS = "2026-12-01T00:15:12.496703695Z "
+HEAD_AT_40_OF_80 = "".join(TS + line + "\n" for line in [
+    "(APIServer pid=1) INFO 12-01 00:15:01 [api_server.py:1] vLLM API server version 0.32.0",
+    "(APIServer pid=1) INFO 12-01 00:15:01 [utils.py:1] non-default args: {'model_tag': 'm'}",
+    "(Worker_TP0 pid=9) INFO 12-01 00:15:05 [parallel_state.py:1] world_size=2 rank=0 local_rank=0 "
+    "distributed_init_method=tcp://10.0.0.1:29521 backend=nccl",
+    "\r(Worker_TP0 pid=9) Loading safetensors checkpoint shards:  50% Completed | 40/80 [01:02<01:02,  0.64it/s]",
+    "(EngineCore pid=26) INFO 12-01 00:15:14 [shm_broadcast.py:466] No available shared memory broadcast block "
+    "found in 60 seconds. This typically happens when some processes are hanging or doing some time-consuming "
+    "work (e.g. compilation, weight/kv cache loading).",
+])
+PROGRESS_KEYS = {"phase", "shards_done", "shards_total", "shards_per_minute", "seconds_without_progress",
+                 "stall_seconds", "paused", "last_line"}
+
+
+class PausedDocker(FakeDocker):
+    """`docker pause`d: Docker still says Running, with Paused; the log does not move."""
+
+    def __call__(self, argv: Sequence[str], **kwargs: Any) -> tuple[int, str, str]:
+        if "inspect" in argv:
+            self.calls.append(list(argv))
+            return 0, json.dumps({"Running": True, "Paused": True, "ExitCode": 0}), ""
+        return super().__call__(argv, **kwargs)
+
+
+class GrowingDocker(FakeDocker):
+    """A head whose log gains a shard line at every read, then serves."""
+
+    def __call__(self, argv: Sequence[str], **kwargs: Any) -> tuple[int, str, str]:
+        if "logs" in argv:
+            reads = sum(1 for call in self.calls if "logs" in call)
+            if reads < 80:
+                self.log += TS + "Loading safetensors checkpoint shards: %d%% Completed | %d/80\n" % (
+                    (reads + 1) * 100 // 80, reads + 1)
+            else:
+                self.log += TS + "(APIServer pid=1) INFO 12-01 00:20:00 [launcher.py:1] Starting vLLM server on x\n"
+        return super().__call__(argv, **kwargs)
+
+
+def test_a_paused_container_whose_log_stops_moving_stalls(tmp_path: Any) -> None:
+    path = tmp_path / "progress.json"
+    fake = PausedDocker(HEAD_AT_40_OF_80)
+    # the budget bounds the test should the stall go unseen
+    result = _run({"container": "vllm_glm53", "target_phase": "api_up", "stall_seconds": 0.05,
+                   "budgets": {"weights_loaded": 5}, "poll_interval": 0.001, "progress_path": str(path)},
+                  fake, may_poll=True)
+    assert result["ok"] is False and result["status"] == "failed"
+    assert result["reason"].startswith("stalled: no progress for")
+    assert "stalled" in result["reason"] and "paused" in result["reason"]
+    assert "in phase rendezvous, checkpoint shards 40/80" in result["reason"]
+    assert result["reason"].endswith("last line: No available shared memory broadcast block found in 60 seconds. "
+                                     "This typically happens when some processes are hanging or doing some "
+                                     "time-consuming work (e.g. compilation, weight/kv cache loading).")
+    assert result["container"] == {"exists": True, "running": True, "exit_code": 0}
+    progress = result["progress"]
+    assert set(progress) == PROGRESS_KEYS
+    assert (progress["phase"], progress["shards_done"], progress["shards_total"]) == ("rendezvous", 40, 80)
+    assert progress["paused"] is True and progress["stall_seconds"] == 0.05
+    assert progress["seconds_without_progress"] > 0.05
+    assert result["log_report"]["progress_lines"] == 4   # the wait notice is not progress
+    assert sum(1 for call in fake.calls if "logs" in call) >= 2
+    written = json.loads(path.read_text(encoding="utf-8"))
+    assert written["status"] == "failed" and written["paused"] is True and written["target"] == "api_up"
+    assert "checkpoint shards 40/80" in written["summary"] and "PAUSED" in written["summary"]
+
+
+def test_a_moving_log_reaches_its_target_with_a_stall_watch() -> None:
+    fake = GrowingDocker("")
+    result = _run({"container": "vllm_glm53", "target_phase": "api_up", "stall_seconds": 30,
+                   "poll_interval": 0.001}, fake, may_poll=True)
+    assert result["ok"] is True and result["status"] == "done"
+    assert (result["progress"]["shards_done"], result["progress"]["shards_total"]) == (80, 80)
+    assert result["progress"]["paused"] is False
+
+
+class BusyWorkerDocker(FakeDocker):
+    """A worker past the rendezvous: no progress bar (rank 0 only), a new log line at every read, then loaded."""
+
+    def __call__(self, argv: Sequence[str], **kwargs: Any) -> tuple[int, str, str]:
+        if "logs" in argv:
+            reads = sum(1 for call in self.calls if "logs" in call)
+            line = "Loading weights took 41.91 seconds" if reads >= 40 else "compiling kernel %d" % reads
+            self.log += TS + "(Worker_TP1 pid=9) INFO 12-01 00:16:00 [gpu_worker.py:1] " + line + "\n"
+        return super().__call__(argv, **kwargs)
+
+
+def test_new_log_lines_alone_keep_a_worker_from_stalling() -> None:
+    fake = BusyWorkerDocker(TS + "world_size=2 rank=1 local_rank=0 distributed_init_method=tcp://10.0.0.1:29521 "
+                                 "backend=nccl\n")
+    # a clock that moves one second per reading: 40 polls take far longer than the 10 s stall timeout
+    with mock.patch.object(vllm_startup_wait.time, "monotonic", side_effect=itertools.count(0.0, 1.0)):
+        result = _run({"container": "vllm_glm53", "target_phase": "weights_loaded", "stall_seconds": 10,
+                       "poll_interval": 0.001}, fake, may_poll=True)
+    assert result["ok"] is True and result["status"] == "done", result["reason"]
+    assert result["elapsed"] > 10
+    assert (result["progress"]["shards_done"], result["progress"]["shards_total"]) == (None, None)
+
+
+def test_progress_path_gets_the_progress_and_status_as_a_private_json_file(tmp_path: Any) -> None:
+    path = tmp_path / "progress.json"
+    path.write_text("old", encoding="utf-8")
+    os.chmod(path, 0o644)
+    result = _run({"container": "vllm_glm53", "target_phase": "api_up", "stall_seconds": 600,
+                   "progress_path": str(path)}, FakeDocker(read_log("fmt_gpu_single_node_tp2_ready.log")))
+    assert result["ok"] is True
+    assert os.stat(path).st_mode & 0o777 == 0o600
+    written = json.loads(path.read_text(encoding="utf-8"))
+    assert set(written) == PROGRESS_KEYS | {"status", "target", "elapsed", "summary"}
+    assert {key: written[key] for key in PROGRESS_KEYS} == result["progress"]
+    assert (written["status"], written["target"], written["phase"]) == ("done", "api_up", "api_up")
+    assert (written["shards_done"], written["shards_total"], written["stall_seconds"]) == (41, 41, 600)
+    assert written["paused"] is False
+    assert isinstance(written["elapsed"], float)
+    assert written["summary"].startswith("phase api_up, checkpoint shards 41/41, last progress 0 s ago")
+    assert os.listdir(tmp_path) == ["progress.json"]   # no temporary file left behind
+
+
+def test_progress_path_in_a_missing_folder(tmp_path: Any) -> None:
+    path = tmp_path / "run" / "progress.json"
+    result = _run({"container": "vllm_glm53", "target_phase": "api_up", "progress_path": str(path)},
+                  FakeDocker(read_log("fmt_gpu_single_node_tp2_ready.log")))
+    assert result["ok"] is True
+    assert json.loads(path.read_text(encoding="utf-8"))["status"] == "done"
+    assert os.stat(path).st_mode & 0o777 == 0o600
+
+
+def test_without_progress_path_nothing_is_written(tmp_path: Any) -> None:
+    result = _run({"container": "vllm_glm53", "target_phase": "api_up"},
+                  FakeDocker(read_log("fmt_gpu_single_node_tp2_ready.log")))
+    assert result["ok"] is True and result["progress"]["stall_seconds"] is None
+    assert os.listdir(tmp_path) == []
+
+
+def test_check_mode_reports_no_progress_and_writes_no_file(tmp_path: Any) -> None:
+    fake = FakeDocker("")
+    result = _run({"container": "vllm_glm53", "target_phase": "api_up", "stall_seconds": 60,
+                   "progress_path": str(tmp_path / "progress.json")}, fake, check_mode=True)
+    assert result["progress"] == {}
+    assert fake.calls == [] and os.listdir(tmp_path) == []
+
+
+@pytest.mark.parametrize("stall", [0, -5])
+def test_stall_seconds_must_be_positive(stall: float) -> None:
+    fake = FakeDocker(HEAD_AT_40_OF_80)
+    with pytest.raises(ModuleFail) as failed:
+        _run({"container": "vllm_glm53", "target_phase": "api_up", "stall_seconds": stall}, fake)
+    assert failed.value.result["msg"] == (
+        "stall_seconds must be positive (or unset to turn stall detection off), got %r" % float(stall))
+    assert fake.calls == []
