@@ -48,9 +48,11 @@ QUANTILES: tuple[tuple[str, float], ...] = (("p50", 0.5), ("p90", 0.9), ("p99", 
 MODEL_LABEL = "model_name"
 VLLM_PREFIX = "vllm:"
 
+CACHE_INFO_METRIC = "vllm:cache_config_info"
+
 SUMMARY_KEYS: tuple[str, ...] = (
     "kv_cache_usage", "requests_running", "requests_waiting", "prompt_tokens_per_s", "generation_tokens_per_s",
-    "ttft_seconds", "itl_seconds", "model_names",
+    "ttft_seconds", "itl_seconds", "model_names", "kv_cache_blocks", "kv_block_size", "kv_cache_tokens",
 )
 """The keys of `summarise`'s dict (what ``vllm_metrics_info`` returns, besides its own)."""
 
@@ -410,6 +412,21 @@ def model_names(scrape: Scrape) -> list[str]:
     })
 
 
+def kv_cache_size(scrape: Scrape) -> tuple[int | None, int | None]:
+    """(KV blocks, tokens per block) from ``vllm:cache_config_info`` (the engine's CacheConfig as labels, set
+    once the KV cache is allocated), or Nones. With several engines, the smallest pool (the one that limits)."""
+    best: tuple[int, int] | None = None
+    for sample in scrape.named(CACHE_INFO_METRIC):
+        try:
+            blocks = int(sample.labels.get("num_gpu_blocks", ""))
+            size = int(sample.labels.get("block_size", ""))
+        except ValueError:
+            continue
+        if blocks > 0 and size > 0 and (best is None or blocks * size < best[0] * best[1]):
+            best = (blocks, size)
+    return best if best is not None else (None, None)
+
+
 def _as_count(value: float | None) -> int | None:
     return int(value) if value is not None and math.isfinite(value) else None
 
@@ -426,7 +443,9 @@ def summarise(after: Scrape, before: Scrape | None = None, t_before: float | Non
     ``requests_waiting`` (ints), ``prompt_tokens_per_s`` and ``generation_tokens_per_s`` (counter increase per
     second between ``before`` and ``after``, 3 decimals; None with a single scrape), ``ttft_seconds`` and
     ``itl_seconds`` (``{p50, p90, p99, count}`` since the engine started: the histograms are cumulative),
-    ``model_names``.
+    ``model_names``, and the KV cache's size from the engine's cache config: ``kv_cache_blocks``,
+    ``kv_block_size`` and ``kv_cache_tokens`` (their product), which stay readable after the log lines that
+    reported them were rotated away.
     A metric the server does not expose (or not for ``model_name``) is None.
     """
     prompt_rate: float | None = None
@@ -434,6 +453,7 @@ def summarise(after: Scrape, before: Scrape | None = None, t_before: float | Non
     if before is not None and t_before is not None and t_after is not None:
         prompt_rate = _rounded(rate(before, after, t_before, t_after, PROMPT_TOKENS_METRIC, model_name), 3)
         generation_rate = _rounded(rate(before, after, t_before, t_after, GENERATION_TOKENS_METRIC, model_name), 3)
+    blocks, block_size = kv_cache_size(after)
     return {
         "kv_cache_usage": gauge_max(after, KV_USAGE_METRICS, model_name),
         "requests_running": _as_count(gauge_sum(after, RUNNING_METRIC, model_name)),
@@ -443,6 +463,9 @@ def summarise(after: Scrape, before: Scrape | None = None, t_before: float | Non
         "ttft_seconds": percentiles(first_histogram(after, TTFT_METRICS, model_name)),
         "itl_seconds": percentiles(first_histogram(after, ITL_METRICS, model_name)),
         "model_names": model_names(after),
+        "kv_cache_blocks": blocks,
+        "kv_block_size": block_size,
+        "kv_cache_tokens": blocks * block_size if blocks is not None and block_size is not None else None,
     }
 
 

@@ -150,6 +150,7 @@ class LogReport:
     shards_done: int | None = None
     shards_total: int | None = None
     progress_lines: int = 0
+    start_seen: bool = False
 
     @property
     def kv_cache_memory_bytes(self) -> int | None:
@@ -179,6 +180,7 @@ class LogReport:
             "shards_done": self.shards_done,
             "shards_total": self.shards_total,
             "progress_lines": self.progress_lines,
+            "start_seen": self.start_seen,
         }
 
 
@@ -646,6 +648,9 @@ def parse_log(text: str) -> LogReport:
         shards_done=shards[0],
         shards_total=shards[1],
         progress_lines=count_progress_lines(current),
+        # the latest start's first line (a hard start marker) is still in the log: its phases are all there;
+        # without it (rotated away by the json-file log's max-size) the phase is a lower bound
+        start_seen=bool(current) and _is_start_marker(current[0]),
     )
 
 

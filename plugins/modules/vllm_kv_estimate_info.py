@@ -216,6 +216,13 @@ progress_lines:
   returned: always
   type: int
   sample: 118
+start_seen:
+  description:
+    - Whether the log still holds the latest start's first line. False when Docker's log rotation removed it (or
+      the engine died before printing it); the phase and KV figures are then what the remaining lines prove.
+  returned: always
+  type: bool
+  sample: true
 """
 
 from functools import partial

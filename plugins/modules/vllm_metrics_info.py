@@ -108,6 +108,23 @@ EXAMPLES = r"""
 """
 
 RETURN = r"""
+kv_cache_blocks:
+  description: KV cache blocks the engine allocated (C(num_gpu_blocks) of C(vllm:cache_config_info)); null when not exposed.
+  returned: always
+  type: int
+  sample: 32768
+kv_block_size:
+  description: Tokens per KV block (C(block_size) of C(vllm:cache_config_info)); null when not exposed.
+  returned: always
+  type: int
+  sample: 128
+kv_cache_tokens:
+  description:
+    - Tokens the KV cache holds (blocks times block size), the figure the engine logs at start, still readable
+      here after those log lines were rotated away; null when not exposed.
+  returned: always
+  type: int
+  sample: 4194304
 url:
   description: The URL read.
   returned: always

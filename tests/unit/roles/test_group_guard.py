@@ -443,6 +443,31 @@ def test_head_that_does_not_answer_fails_on_api_up(tmp_path, monkeypatch):
     assert rig.probe.calls[0] == "pause" and rig.probe.calls[-1] == "resume"     # not answered
 
 
+def test_head_whose_log_stops_mid_load_fails_as_stalled(tmp_path, monkeypatch):
+    """Budgets far away; the stall timeout (launch_stall_seconds) ends the restore, naming the head."""
+    monkeypatch.delenv("NOTIFY_SOCKET", raising=False)
+    rig = Rig(tmp_path, stall_seconds=6, budgets={"weights_loaded": 900, "kv_allocated": 900, "api_up": 900})
+    assert rig.guard.tick() == "ok"
+    rig.box(HEAD).script = [line for line in HEAD_SCRIPT if "world_size=" in line[1] or line[0] < 3]
+    rig.nodes[W1].crash()
+    assert rig.guard.tick() == "restore_failed"
+    last = rig.state.last_restore
+    assert last["failed_rank"] == HEAD
+    assert last["error"].startswith("stalled: no progress for 7 s (stall timeout 6 s) in phase rendezvous")
+    assert rig.clock.now - last["started_at"] < 60          # not the 900 s budgets
+    assert not any(rig.running().values())
+
+
+def test_without_a_stall_timeout_a_quiet_head_waits_for_its_budget(tmp_path, monkeypatch):
+    monkeypatch.delenv("NOTIFY_SOCKET", raising=False)
+    rig = Rig(tmp_path, budgets={"weights_loaded": 40})
+    assert rig.guard.tick() == "ok"
+    rig.box(HEAD).script = [line for line in HEAD_SCRIPT if "world_size=" in line[1] or line[0] < 3]
+    rig.nodes[W1].crash()
+    assert rig.guard.tick() == "restore_failed"
+    assert "phase 'weights_loaded' not reached within its budget of 40 s" in rig.state.last_restore["error"]
+
+
 def test_head_whose_peers_never_connect_fails(tmp_path, monkeypatch):
     monkeypatch.delenv("NOTIFY_SOCKET", raising=False)
     rig = Rig(tmp_path, peer_grace_seconds=3)

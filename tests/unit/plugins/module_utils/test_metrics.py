@@ -22,6 +22,7 @@ from ansible_collections.dgxspark.vllm.plugins.module_utils._metrics import (
     format_summary,
     histogram,
     histogram_quantile,
+    kv_cache_size,
     model_names,
     parse_labels,
     parse_sample,
@@ -316,6 +317,8 @@ def test_summarise_fixture_pair() -> None:
     assert summary["itl_seconds"]["count"] == 2405
     assert summary["itl_seconds"]["p50"] == approx(0.025 + 0.025 * (1202.5 - 130) / 1740)
     assert summary["model_names"] == ["glm-5.3-flash"]
+    # vllm:cache_config_info: num_gpu_blocks="19689", block_size="16"
+    assert (summary["kv_cache_blocks"], summary["kv_block_size"], summary["kv_cache_tokens"]) == (19689, 16, 315024)
     assert format_summary(summary) == (
         "KV cache 13.4% used, 2 running, 0 waiting, prompt 153.0 tok/s, generation 60.0 tok/s, "
         "TTFT p50/p90/p99 0.231/0.917/4 s (n=40), ITL p50/p90/p99 0.0404/0.0689/0.135 s (n=2405)"
@@ -339,6 +342,20 @@ def test_summarise_missing_metrics_are_none() -> None:
     assert summary == {key: None for key in SUMMARY_KEYS} | {"model_names": []}
     assert format_summary(summary) == (
         "KV cache n/a used, n/a running, n/a waiting, prompt n/a tok/s, generation n/a tok/s, TTFT n/a, ITL n/a")
+
+
+def test_kv_cache_size_takes_the_smallest_pool_and_skips_unset_labels() -> None:
+    text = (
+        "# TYPE vllm:cache_config_info gauge\n"
+        'vllm:cache_config_info{block_size="16",engine="0",num_gpu_blocks="1000"} 1.0\n'
+        'vllm:cache_config_info{block_size="16",engine="1",num_gpu_blocks="900"} 1.0\n'
+        'vllm:cache_config_info{block_size="16",engine="2",num_gpu_blocks="None"} 1.0\n'
+    )
+    assert kv_cache_size(parse_text(text)) == (900, 16)
+    assert kv_cache_size(parse_text('vllm:cache_config_info{block_size="16",num_gpu_blocks="None"} 1.0\n')) == (
+        None, None)
+    assert kv_cache_size(parse_text('vllm:cache_config_info{num_gpu_blocks="0",block_size="16"} 1.0\n')) == (
+        None, None)
 
 
 OLD_NAMES = """\

@@ -576,7 +576,7 @@ def test_parse_log_empty() -> None:
         "kv_cache_tokens": None, "kv_cache_pool": None, "max_concurrency": None, "available_kv_cache_gib": None,
         "cpu_kv_cache": None, "phase": "container_started", "phase_line": None, "engine_error": None,
         "error_line": None, "starts_seen": 0, "last_line": None, "shards_done": None, "shards_total": None,
-        "progress_lines": 0,
+        "progress_lines": 0, "start_seen": False,
     }
 
 
@@ -688,3 +688,12 @@ def test_parse_log_shards_of_fixtures(name: str, expected: tuple[int | None, int
     report = parse_log(_read(name))
     assert (report.shards_done, report.shards_total) == expected
     assert report.progress_lines > 0
+
+
+def test_start_seen_only_while_the_start_marker_is_in_the_log() -> None:
+    text = read_log("lab_cpu_tp2_head_ready.log.gz")
+    full = parse_log(text)
+    assert full.start_seen and full.phase == "api_up"
+    # the json-file log rotated: only the last 20 lines are left (no start marker, phases after the banner)
+    rotated = parse_log("\n".join(text.splitlines()[-20:]))
+    assert not rotated.start_seen
