@@ -1,126 +1,345 @@
 # Copyright: Contributors to the dgxspark.vllm collection
 # GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
-"""Benchmark arithmetic for a vLLM OpenAI server: streamed events and their times in, figures out.
+"""The benchmark as vLLM's own ``vllm bench serve``: the cases to run, and their results summarised.
 
-Private to the collection; may change at any time. Pure: the module does the HTTP and the clock; this file
-parses the server-sent events, computes time to first token and decode rates, and lays out CSV and JSON.
+Private module: may change at any time. Pure functions over numbers and text, no I/O and no Ansible imports.
+
+The measuring is vLLM's (``vllm/benchmarks/serve.py`` and ``vllm/benchmarks/lib/endpoint_request_func.py``):
+its client streams ``/v1/completions`` and times every chunk. This file only decides which runs to make
+(`plan_cases`: the exact ``vllm bench serve`` argv of each case) and reads the result JSON vLLM saves for each
+(`summarize`). The driver shipped with ``playbooks/benchmark.yml`` runs the cases inside the head's serve
+container, with one import of vLLM for all of them.
+
+A result file of vLLM 0.32.0 (``main_async``, ``--save-result``) holds, among others::
+
+    {"date": "20261130-210000", "backend": "vllm", "label": "decode", "model_id": "glm-5.3-flash",
+     "tokenizer_id": "/var/tmp/models/...", "num_prompts": 3, "request_rate": "inf", "max_concurrency": 1,
+     "duration": 33.2, "completed": 3, "failed": 0, "total_input_tokens": 384, "total_output_tokens": 768,
+     "request_throughput": 0.09, "output_throughput": 23.1, "total_token_throughput": 34.7,
+     "max_output_tokens_per_s": 25.0, "max_concurrent_requests": 1,
+     "mean_ttft_ms": 180.0, "median_ttft_ms": ..., "std_ttft_ms": ..., "p50_ttft_ms": ..., "p90_ttft_ms": ...,
+     "p99_ttft_ms": ...,  (the same for tpot, itl and e2el: ``--percentile-metrics``/``--metric-percentiles``)
+     "spec_decode_acceptance_rate": 61.0, "spec_decode_acceptance_length": 3.4}   (only with speculation)
+
+and, with ``--save-detailed``, the per-request lists ``ttfts``, ``itls``, ``latencies``, ``errors`` ...
 """
 from __future__ import annotations
 
 import csv
 import io
 import json
-from collections.abc import Iterable, Sequence
-from dataclasses import asdict, dataclass
+import math
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
-CODE_PROMPT = "Write a Python function is_prime(n) that returns True when n is a prime number."
-_FILLER = (
-    "def merge_sorted(a, b):\n    out, i, j = [], 0, 0\n    while i < len(a) and j < len(b):\n"
-    "        if a[i] <= b[j]:\n            out.append(a[i]); i += 1\n        else:\n"
-    "            out.append(b[j]); j += 1\n    return out + a[i:] + b[j:]\n\n"
+# --- what each case measures (fixed here so that runs compare) ---------------------------------------------
+DECODE_INPUT_TOKENS = 128
+"""Prompt of the single-stream decode case: short, as in the recipe's table."""
+DECODE_PROMPTS = 3
+TTFT_OUTPUT_TOKENS = 8
+"""Output of the large-prompt case: enough for a few inter-token gaps, small next to the prefill."""
+TTFT_PROMPTS = 1
+"""One large prompt: on the EXL3 build a 32k-token prefill takes minutes (the recipe: 325-432 s)."""
+SWEEP_INPUT_TOKENS = 512
+PROMPTS_PER_STREAM = 4
+"""Each sweep level sends this many prompts per concurrent stream (num-prompts = 4 x concurrency)."""
+PERCENTILE_METRICS = ("ttft", "tpot", "itl", "e2el")
+PERCENTILES = (50, 90, 99)
+DRIVER_ALLOWANCE_S = 600
+"""On top of the cases' budgets: importing vLLM (about 30 s in the lab) and loading the tokenizer."""
+
+RESULT_MARKER = "DGXSPARK-BENCH-RESULTS"
+"""The driver prints this word, a space and the results as one JSON line, after vLLM's own output."""
+DRIVER_SHELL = '[ -z "${VLLM_API_KEY:-}" ] || export OPENAI_API_KEY="$VLLM_API_KEY"; exec python3 - "$@"'
+"""How the driver starts in the serve container: vLLM's bench client sends ``OPENAI_API_KEY`` as a bearer
+token (``endpoint_request_func._get_headers``); the container holds the key as ``VLLM_API_KEY``, so the key goes
+from one environment variable to the other and is never on an argv. The driver's source comes on stdin."""
+
+CASE_NAME_RE = re.compile(r"^(decode|ttft|concurrency-([1-9][0-9]*))$")
+
+CSV_FIELDS: tuple[str, ...] = (
+    "case", "concurrency", "num_prompts", "completed", "failed", "input_tokens", "output_tokens", "duration_s",
+    "request_throughput", "output_throughput", "decode_tok_s",
+    "ttft_ms_p50", "ttft_ms_p90", "ttft_ms_p99", "itl_ms_p50", "itl_ms_p90", "itl_ms_p99",
+    "tpot_ms_p50", "tpot_ms_p90", "tpot_ms_p99", "e2el_ms_p50", "e2el_ms_p90", "e2el_ms_p99",
+    "spec_decode_acceptance_length",
 )
-CSV_FIELDS = ("test", "concurrency", "requests", "prompt_tokens", "completion_tokens", "ttft_s", "decode_tok_s",
-              "aggregate_tok_s", "wall_s", "errors")
+"""One CSV row per case. Throughputs in tokens (or requests) per second, latencies in milliseconds."""
+
+REQUIRED_RESULT_KEYS: tuple[str, ...] = (
+    "completed", "failed", "duration", "total_input_tokens", "total_output_tokens", "request_throughput",
+    "output_throughput", "mean_tpot_ms",
+) + tuple(f"p{p}_{m}_ms" for m in PERCENTILE_METRICS for p in PERCENTILES)
 
 
 class BenchError(ValueError):
-    """A stream or an option the benchmark cannot use."""
+    """Options the benchmark cannot use, or results it cannot trust; the message says which and why."""
 
 
-def parse_sse(lines: Iterable[bytes | str]) -> Iterable[dict[str, Any]]:
-    """Server-sent event lines → the JSON objects of `data:` lines, up to `data: [DONE]`."""
-    for raw in lines:
-        line = raw.decode("utf-8") if isinstance(raw, bytes) else raw
-        line = line.strip()
-        if not line.startswith("data:"):
-            continue
-        payload = line[5:].strip()
-        if payload == "[DONE]":
-            return
-        try:
-            event = json.loads(payload)
-        except ValueError as exc:
-            raise BenchError(f"a streamed event is not JSON: {payload[:80]!r}") from exc
-        if isinstance(event, dict) and "error" in event:
-            raise BenchError(f"the server reported an error mid-stream: {event['error']}")
-        yield event
+# --- reference marks ----------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Reference:
+    """The recipe's measured numbers for one build ("Measured performance (2-node cluster)")."""
+
+    label: str
+    decode_tok_s: float
+    ttft_s: tuple[float, float]
 
 
-def event_has_text(event: dict[str, Any]) -> bool:
-    for choice in event.get("choices") or []:
-        delta = choice.get("delta") or {}
-        if delta.get("content") or delta.get("reasoning_content") or delta.get("reasoning") or delta.get("tool_calls"):
-            return True
-    return False
+REFERENCES: Mapping[str, Reference] = {
+    # single-stream decode on a short code prompt at temperature 0; big-prompt TTFT "measured on large prompts
+    # under concurrency" (the recipe gives neither the prompt size nor the load)
+    "glm53_flash_nvfp4": Reference("NVFP4", 23.3, (3.0, 12.0)),
+    "glm53_flash_exl3": Reference("EXL3 4bpw", 42.3, (325.0, 432.0)),
+}
 
 
-@dataclass
-class StreamResult:
-    ttft_s: float
-    decode_tok_s: float | None
-    completion_tokens: int
-    prompt_tokens: int | None
-    total_s: float
+def reference_for(profile: str) -> dict[str, Any] | None:
+    """The recipe's numbers for a built-in profile by name; None for any other (the lab's, a user's)."""
+    ref = REFERENCES.get(profile)
+    if ref is None:
+        return None
+    return {"profile": profile, "label": ref.label, "decode_tok_s": ref.decode_tok_s, "ttft_s": list(ref.ttft_s),
+            "source": "the recipe's 'Measured performance (2-node cluster)': single-stream decode on a short "
+                      "code prompt at temperature 0; big-prompt TTFT measured on large prompts under concurrency"}
 
 
-def summarise_stream(start: float, timed_events: Sequence[tuple[float, dict[str, Any]]]) -> StreamResult:
-    """Times and events of one streamed completion → TTFT, decode tokens/s (tokens after the first, over the
-    time from the first to the last text event), token counts (from the usage event, else text events)."""
-    text_times = [t for t, e in timed_events if event_has_text(e)]
-    if not text_times:
-        raise BenchError("the stream carried no text")
-    usage = next((e["usage"] for _stamp, e in reversed(timed_events) if e.get("usage")), None) or {}
-    tokens = int(usage.get("completion_tokens") or len(text_times))
-    first, last = text_times[0], text_times[-1]
-    decode = (tokens - 1) / (last - first) if tokens > 1 and last > first else None
-    end = timed_events[-1][0]
-    return StreamResult(ttft_s=round(first - start, 4), decode_tok_s=None if decode is None else round(decode, 2),
-                        completion_tokens=tokens, prompt_tokens=usage.get("prompt_tokens"),
-                        total_s=round(end - start, 4))
+# --- planning ----------------------------------------------------------------------------------------------
+def _positive_int(name: str, value: Any) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise BenchError(f"{name} must be a positive integer, got {value!r}")
+    return value
 
 
-def stream_body(model: str, prompt: str, max_tokens: int, temperature: float = 0.0) -> dict[str, Any]:
-    return {"model": model, "messages": [{"role": "user", "content": prompt}], "max_tokens": max_tokens,
-            "temperature": temperature, "stream": True, "stream_options": {"include_usage": True},
-            "ignore_eos": True, "chat_template_kwargs": {"enable_thinking": False}}
+def case_argv(name: str, *, port: int, served_model_name: str, tokenizer: str | None, input_tokens: int,
+              output_tokens: int, num_prompts: int, concurrency: int, seed: int, result_dir: str) -> list[str]:
+    """The ``vllm bench serve`` argv of one case (no API key: vLLM's client reads ``OPENAI_API_KEY``)."""
+    argv = ["vllm", "bench", "serve",
+            "--backend", "vllm", "--base-url", f"http://127.0.0.1:{port}", "--endpoint", "/v1/completions",
+            "--model", served_model_name]
+    if tokenizer:
+        argv += ["--tokenizer", tokenizer]
+    argv += ["--dataset-name", "random", "--random-input-len", str(input_tokens),
+             "--random-output-len", str(output_tokens), "--num-prompts", str(num_prompts),
+             "--max-concurrency", str(concurrency), "--ignore-eos", "--temperature", "0", "--seed", str(seed),
+             "--percentile-metrics", ",".join(PERCENTILE_METRICS),
+             "--metric-percentiles", ",".join(str(p) for p in PERCENTILES),
+             "--label", name, "--disable-tqdm",
+             "--save-result", "--save-detailed", "--result-dir", result_dir, "--result-filename", f"{name}.json"]
+    return argv
 
 
-def large_prompt(chars: int) -> str:
-    """A code-review prompt of about `chars` characters."""
-    if chars < 100:
-        raise BenchError("a large prompt needs at least 100 characters")
-    head = "Review the following code and list every bug you find.\n\n"
-    body = (_FILLER * (chars // len(_FILLER) + 1))[: max(0, chars - len(head))]
-    return head + body
+def plan_cases(*, port: int, served_model_name: str, tokenizer: str | None, max_tokens: int,
+               large_prompt_tokens: int, concurrency: Sequence[int], result_dir: str, seed: int,
+               max_model_len: int | None = None) -> list[dict[str, Any]]:
+    """The cases, in the order they run: ``decode``, ``ttft``, then ``concurrency-<c>`` per sweep level.
+
+    - ``decode``: single stream (max-concurrency 1), a short random prompt, ``max_tokens`` generated
+      (``--ignore-eos``), a few prompts one after the other, temperature 0;
+    - ``ttft``: one random prompt of ``large_prompt_tokens`` tokens, a few tokens generated;
+    - ``concurrency-<c>``: max-concurrency c, 4 x c prompts of a few hundred tokens, ``max_tokens`` each.
+
+    Every case talks to the head's own loopback (``--base-url http://127.0.0.1:<port>``: the serve container
+    runs with ``--network host``) and saves ``<case>.json`` under ``result_dir``. Case i uses ``seed + i``:
+    vLLM's random prompts follow the seed, and the server's prefix cache would otherwise serve a case (or a
+    re-run with the same seed) a prompt it has already seen. With ``tokenizer`` None the argv has no
+    ``--tokenizer``: the driver asks the server which path it loaded (``/v1/models`` ``root``).
+    """
+    port = _positive_int("port", port)
+    if port > 65535:
+        raise BenchError(f"port must be at most 65535, got {port}")
+    if not isinstance(served_model_name, str) or not served_model_name:
+        raise BenchError("served_model_name must be a non-empty string")
+    if tokenizer is not None and (not isinstance(tokenizer, str) or not tokenizer):
+        raise BenchError("tokenizer must be a non-empty path or name when given")
+    max_tokens = _positive_int("max_tokens", max_tokens)
+    if max_tokens < 2:
+        raise BenchError(f"max_tokens must be at least 2 (a decode rate needs two tokens), got {max_tokens}")
+    large_prompt_tokens = _positive_int("large_prompt_tokens", large_prompt_tokens)
+    if isinstance(concurrency, (str, bytes)) or not isinstance(concurrency, Sequence) or not concurrency:
+        raise BenchError(f"concurrency must be a non-empty list of positive integers, got {concurrency!r}")
+    levels = [_positive_int("every concurrency level", c) for c in concurrency]
+    if len(set(levels)) != len(levels):
+        raise BenchError(f"concurrency lists a level twice: {levels}")
+    if not isinstance(result_dir, str) or not result_dir.startswith("/") or result_dir.rstrip("/") == "":
+        raise BenchError(f"result_dir must be an absolute directory other than /, got {result_dir!r}")
+    if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
+        raise BenchError(f"seed must be an integer >= 0, got {seed!r}")
+    if max_model_len is not None:
+        max_model_len = _positive_int("max_model_len", max_model_len)
+
+    specs = [("decode", DECODE_INPUT_TOKENS, max_tokens, DECODE_PROMPTS, 1),
+             ("ttft", large_prompt_tokens, TTFT_OUTPUT_TOKENS, TTFT_PROMPTS, 1)]
+    specs += [(f"concurrency-{c}", SWEEP_INPUT_TOKENS, max_tokens, PROMPTS_PER_STREAM * c, c) for c in levels]
+    cases = []
+    for index, (name, input_tokens, output_tokens, num_prompts, level) in enumerate(specs):
+        if max_model_len is not None and input_tokens + output_tokens > max_model_len:
+            knob = "large_prompt_tokens" if name == "ttft" else "max_tokens"
+            raise BenchError(
+                f"case {name}: a {input_tokens}-token prompt plus {output_tokens} generated tokens exceed the "
+                f"served max_model_len {max_model_len}; lower {knob}")
+        cases.append({
+            "name": name, "kind": name.split("-")[0], "concurrency": level, "input_tokens": input_tokens,
+            "output_tokens": output_tokens, "num_prompts": num_prompts, "seed": seed + index,
+            "argv": case_argv(name, port=port, served_model_name=served_model_name, tokenizer=tokenizer,
+                              input_tokens=input_tokens, output_tokens=output_tokens, num_prompts=num_prompts,
+                              concurrency=level, seed=seed + index, result_dir=result_dir),
+        })
+    return cases
 
 
-def scale_chars(chars: int, counted_tokens: int, target_tokens: int) -> int:
-    """Characters that should give `target_tokens`, from a measurement of `chars` → `counted_tokens`."""
-    if counted_tokens <= 0 or target_tokens <= 0:
-        raise BenchError("token counts must be > 0")
-    return max(100, int(chars * target_tokens / counted_tokens))
+def driver_plan(cases: Sequence[Mapping[str, Any]], *, port: int, served_model_name: str, result_dir: str,
+                case_timeout: int, resolve_tokenizer: bool) -> dict[str, Any]:
+    """The document the driver reads (its one argument, as JSON)."""
+    return {"result_dir": result_dir, "case_timeout": _positive_int("timeout", case_timeout),
+            "base_url": f"http://127.0.0.1:{port}", "model": served_model_name,
+            "resolve_tokenizer": bool(resolve_tokenizer),
+            "cases": [{"name": c["name"], "argv": list(c["argv"])} for c in cases]}
 
 
-def sweep_row(concurrency: int, results: Sequence[StreamResult], wall_s: float, errors: int) -> dict[str, Any]:
-    """One concurrency level: aggregate tokens/s over the wall time, mean per-stream decode rate and TTFT."""
-    tokens = sum(r.completion_tokens for r in results)
-    decodes = [r.decode_tok_s for r in results if r.decode_tok_s is not None]
-    return {"test": "concurrency", "concurrency": concurrency, "requests": len(results) + errors,
-            "prompt_tokens": results[0].prompt_tokens if results else None, "completion_tokens": tokens,
-            "ttft_s": round(sum(r.ttft_s for r in results) / len(results), 4) if results else None,
-            "decode_tok_s": round(sum(decodes) / len(decodes), 2) if decodes else None,
-            "aggregate_tok_s": round(tokens / wall_s, 2) if wall_s > 0 and results else None,
-            "wall_s": round(wall_s, 3), "errors": errors}
+def exec_argv(plan: Mapping[str, Any]) -> list[str]:
+    """The argv run in the serve container: a shell that moves the key into ``OPENAI_API_KEY``, then the driver
+    (``python3 -``, its source on stdin) with the plan as its one argument."""
+    return ["sh", "-c", DRIVER_SHELL, "dgxspark-bench", json.dumps(plan, separators=(",", ":"))]
 
 
-def single_row(test: str, result: StreamResult) -> dict[str, Any]:
-    return {"test": test, "concurrency": 1, "requests": 1, "prompt_tokens": result.prompt_tokens,
-            "completion_tokens": result.completion_tokens, "ttft_s": result.ttft_s,
-            "decode_tok_s": result.decode_tok_s, "aggregate_tok_s": None, "wall_s": result.total_s, "errors": 0}
+def exec_timeout(plan: Mapping[str, Any]) -> int:
+    """Seconds the whole run may take: every case's budget and the driver's start."""
+    return int(plan["case_timeout"]) * len(plan["cases"]) + DRIVER_ALLOWANCE_S
 
 
-def to_csv(rows: Sequence[dict[str, Any]]) -> str:
+# --- the driver's output -----------------------------------------------------------------------------------
+def _tail(text: str, lines: int = 15) -> str:
+    kept = [line for line in (text or "").splitlines() if line.strip()][-lines:]
+    return "\n".join(kept) if kept else "(nothing)"
+
+
+def parse_driver_output(stdout: str, stderr: str = "", rc: int | None = None) -> dict[str, Any]:
+    """The driver's results document: the JSON after the last ``RESULT_MARKER`` line of its stdout."""
+    doc = None
+    for line in reversed((stdout or "").splitlines()):
+        if line.startswith(RESULT_MARKER + " "):
+            try:
+                doc = json.loads(line[len(RESULT_MARKER) + 1:])
+            except ValueError as exc:
+                raise BenchError(f"the benchmark driver's result line is not JSON: {exc}") from exc
+            break
+    if doc is None:
+        raise BenchError(
+            f"the benchmark driver printed no results (exit status {rc}); the last lines of its output:\n"
+            f"{_tail(stdout)}\n--- stderr:\n{_tail(stderr)}")
+    if not isinstance(doc, dict) or not isinstance(doc.get("results"), dict):
+        raise BenchError("the benchmark driver's result document has no 'results' mapping")
+    errors = doc.get("errors") or {}
+    if errors:
+        listed = "; ".join(f"{case}: {message}" for case, message in errors.items())
+        raise BenchError(f"vllm bench serve failed: {listed}\n--- last lines of its output:\n{_tail(stdout)}")
+    return doc
+
+
+def check_complete(cases: Sequence[Mapping[str, Any]], results: Mapping[str, Any]) -> None:
+    """Every planned case has a result, and nothing else does."""
+    planned = [c["name"] for c in cases]
+    missing = [name for name in planned if name not in results]
+    extra = sorted(set(results) - set(planned))
+    if missing or extra:
+        raise BenchError(f"the results do not match the plan: missing {missing or 'none'}, "
+                         f"unplanned {extra or 'none'}")
+
+
+# --- summarising -------------------------------------------------------------------------------------------
+def _number(case: str, result: Mapping[str, Any], key: str) -> float:
+    value = result[key]
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        raise BenchError(f"case {case}: {key} is not a finite number: {value!r}")
+    return float(value)
+
+
+def _first_errors(result: Mapping[str, Any], limit: int = 3) -> str:
+    errors = [str(e).strip() for e in result.get("errors") or [] if e]
+    if not errors:
+        return " (run with --save-detailed for the reasons, or read vLLM's output above)"
+    shown = "; ".join(e.splitlines()[-1][:300] for e in errors[:limit])
+    return f": {shown}"
+
+
+def summarize_case(case: str, result: Mapping[str, Any]) -> dict[str, Any]:
+    """One row (`CSV_FIELDS`) from one result file of ``vllm bench serve``."""
+    match = CASE_NAME_RE.match(case)
+    if not match:
+        raise BenchError(f"unknown case {case!r}: expected decode, ttft or concurrency-<n>")
+    if not isinstance(result, Mapping):
+        raise BenchError(f"case {case}: the result is not a JSON object")
+    missing = [key for key in REQUIRED_RESULT_KEYS if key not in result]
+    if missing:
+        raise BenchError(
+            f"case {case}: vLLM's result lacks {', '.join(missing)} (is it a result of `vllm bench serve "
+            f"--percentile-metrics {','.join(PERCENTILE_METRICS)} "
+            f"--metric-percentiles {','.join(map(str, PERCENTILES))}`?)")
+    completed, failed = int(_number(case, result, "completed")), int(_number(case, result, "failed"))
+    if failed:
+        raise BenchError(f"case {case}: {failed} of {completed + failed} requests failed{_first_errors(result)}")
+    if completed < 1:
+        raise BenchError(f"case {case}: no request completed")
+    level = int(match.group(2)) if match.group(2) else 1
+    if result.get("max_concurrency") not in (None, level):
+        raise BenchError(f"case {case}: the result was run with max_concurrency {result.get('max_concurrency')}")
+    mean_tpot = _number(case, result, "mean_tpot_ms")
+    row: dict[str, Any] = {
+        "case": case, "concurrency": level, "num_prompts": result.get("num_prompts", completed),
+        "completed": completed, "failed": failed,
+        "input_tokens": round(_number(case, result, "total_input_tokens") / completed, 1),
+        "output_tokens": round(_number(case, result, "total_output_tokens") / completed, 1),
+        "duration_s": round(_number(case, result, "duration"), 3),
+        "request_throughput": round(_number(case, result, "request_throughput"), 4),
+        "output_throughput": round(_number(case, result, "output_throughput"), 2),
+        # Per-stream decode rate: TPOT is vLLM's (latency - TTFT) / (output tokens - 1) per request, i.e. the
+        # time per generated token after the first; 1000 / mean TPOT (ms) is tokens per second while decoding.
+        # With every request generating the same count (--ignore-eos), this equals the decode tokens over the
+        # decode time of all requests: the single-stream "decode tok/s" of the recipe's table for the decode case.
+        "decode_tok_s": round(1000.0 / mean_tpot, 2) if mean_tpot > 0 else None,
+    }
+    for metric in PERCENTILE_METRICS:
+        for p in PERCENTILES:
+            row[f"{metric}_ms_p{p}"] = round(_number(case, result, f"p{p}_{metric}_ms"), 2)
+    length = result.get("spec_decode_acceptance_length")
+    row["spec_decode_acceptance_length"] = (round(float(length), 3) if isinstance(length, (int, float))
+                                            and not isinstance(length, bool) and math.isfinite(length) else None)
+    return row
+
+
+def _order(case: str) -> tuple[int, int]:
+    match = CASE_NAME_RE.match(case)
+    if not match:
+        return (3, 0)
+    if match.group(2):
+        return (2, int(match.group(2)))
+    return (0, 0) if case == "decode" else (1, 0)
+
+
+def summarize(results: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:
+    """Rows for every case (decode, ttft, then the sweep by level) and the headline figures:
+
+    - ``decode_tok_s``: single-stream decode tokens/s of the ``decode`` case (see `summarize_case`);
+    - ``ttft_ms``: p50/p90/p99 time to first token of the ``ttft`` case, and ``ttft_prompt_tokens`` its prompt.
+    Raises BenchError when a case failed requests or its result lacks a key.
+    """
+    if not isinstance(results, Mapping) or not results:
+        raise BenchError("there are no results to summarise")
+    rows = [summarize_case(case, results[case]) for case in sorted(results, key=_order)]
+    by_case = {row["case"]: row for row in rows}
+    decode, ttft = by_case.get("decode"), by_case.get("ttft")
+    return {
+        "rows": rows,
+        "decode_tok_s": decode["decode_tok_s"] if decode else None,
+        "ttft_ms": {f"p{p}": ttft[f"ttft_ms_p{p}"] for p in PERCENTILES} if ttft else None,
+        "ttft_prompt_tokens": ttft["input_tokens"] if ttft else None,
+    }
+
+
+def to_csv(rows: Sequence[Mapping[str, Any]]) -> str:
     out = io.StringIO()
     writer = csv.DictWriter(out, fieldnames=CSV_FIELDS, lineterminator="\n", extrasaction="ignore")
     writer.writeheader()
@@ -129,15 +348,37 @@ def to_csv(rows: Sequence[dict[str, Any]]) -> str:
     return out.getvalue()
 
 
-def chart_groups(rows: Sequence[dict[str, Any]]) -> list[tuple[str, list[float]]]:
-    """Bars for the chart: per concurrency level, [aggregate tok/s, mean per-stream decode tok/s]."""
-    groups = []
-    for row in rows:
-        if row.get("test") == "concurrency":
-            groups.append((f"{row['concurrency']}x", [float(row.get("aggregate_tok_s") or 0.0),
-                                                      float(row.get("decode_tok_s") or 0.0)]))
-    return groups
+def _triple(row: Mapping[str, Any], metric: str) -> str:
+    return "/".join(f"{row[f'{metric}_ms_p{p}']:.1f}" for p in PERCENTILES)
 
 
-def result_dict(result: StreamResult) -> dict[str, Any]:
-    return asdict(result)
+def summary_lines(summary: Mapping[str, Any], reference: Mapping[str, Any] | None = None) -> list[str]:
+    """One line per case for a person: throughput, per-stream decode rate, TTFT and ITL p50/p90/p99."""
+    lines = []
+    for row in summary["rows"]:
+        decode = "n/a" if row["decode_tok_s"] is None else f"{row['decode_tok_s']:.1f}"
+        plural = "s" if row["completed"] > 1 else ""
+        head = (f"{row['case']} ({row['concurrency']} stream{'s' if row['concurrency'] > 1 else ''}, "
+                f"{row['input_tokens']:g}-token prompt{plural}, {row['output_tokens']:g} tokens out): ")
+        if row["case"] == "decode":
+            ref = f" (recipe {reference['label']}: {reference['decode_tok_s']} tok/s)" if reference else ""
+            head += f"decode {decode} tok/s single stream{ref}; "
+        else:
+            head += f"{row['output_throughput']:.1f} output tok/s, {decode} tok/s per stream; "
+        ref = ""
+        if row["case"] == "ttft" and reference:
+            ref = f" (recipe {reference['label']}: {reference['ttft_s'][0]:g}-{reference['ttft_s'][1]:g} s)"
+        lines.append(f"{head}TTFT p50/p90/p99 {_triple(row, 'ttft')} ms{ref}; ITL p50/p90/p99 "
+                     f"{_triple(row, 'itl')} ms")
+    return lines
+
+
+def chart_title(model: str, profile: str, stamp: str, vllm_version: str | None) -> str:
+    """The chart's title: model, profile, date and the vLLM that measured."""
+    when = stamp
+    match = re.match(r"^(\d{4})(\d{2})(\d{2})T(\d{2})(\d{2})(\d{2})Z$", stamp)
+    if match:
+        when = "{}-{}-{} {}:{} UTC".format(*match.groups()[:5])
+    profile_text = f" (profile {profile})" if profile else ""
+    measured = f"vLLM {vllm_version} bench serve" if vllm_version else "vllm bench serve"
+    return f"{model}{profile_text} - {measured} - {when}"
