@@ -78,7 +78,7 @@ options:
         (at once without O(peers)). The reason names the phase, the shards loaded and the last line, and says when
         the container is paused.
       - Phase budgets stay the outer bound. vLLM prints checkpoint shard progress on rank 0 only, so a worker's
-        weight load is one silent step: the timeout must be longer than the longest silent step of a start.
+        weight load is one silent step; the timeout must be longer than the longest silent step of a start.
       - Unset, there is no stall detection.
     type: float
   progress_path:
