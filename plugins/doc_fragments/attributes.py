@@ -17,3 +17,19 @@ attributes:
     description: When run twice in a row outside check mode, with the same arguments, the second invocation
       indicates no change.
 """
+
+    # The attributes of a module that only computes on the controller (plans, judges): extend with
+    # dgxspark.vllm.attributes.pure next to dgxspark.vllm.attributes.
+    PURE = r"""
+options: {}
+attributes:
+  check_mode:
+    support: full
+    details: Pure computation; the result is the same in check mode.
+  diff_mode:
+    support: none
+    details: Nothing changes, so there is nothing to diff.
+  idempotent:
+    support: full
+    details: Never changes anything.
+"""

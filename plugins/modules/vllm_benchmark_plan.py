@@ -28,16 +28,7 @@ author:
   - dgxspark.vllm contributors (@dgxspark)
 extends_documentation_fragment:
   - dgxspark.vllm.attributes
-attributes:
-  check_mode:
-    support: full
-    details: Pure computation; the result is the same in check mode.
-  diff_mode:
-    support: none
-    details: Nothing changes, so there is nothing to diff.
-  idempotent:
-    support: full
-    details: Never changes anything.
+  - dgxspark.vllm.attributes.pure
 options:
   port:
     description: The API port of the head's server (C(dgxspark_vllm_config.port)).
