@@ -56,6 +56,7 @@ class GuardConfig:
     grace_seconds: float = 60.0             # the API failing this long while every container is Up: broken
     stop_seconds: float = 10.0              # docker stop's SIGTERM grace, then docker kill
     poll_seconds: float = 1.0               # between two polls while a restore waits on a rank
+    progress_seconds: float = 30.0          # between two progress lines per rank in the journal during a restore
     budgets: dict[str, float] = field(default_factory=lambda: dict(DEFAULT_BUDGETS))
     peer_grace_seconds: float = 30.0
     stall_seconds: float | None = None      # a restore's load whose log stands still this long fails (None: off)
@@ -77,7 +78,7 @@ class GuardConfig:
 
 _FLOATS = ("interval_seconds", "probe_interval_seconds", "probe_timeout_seconds", "grace_seconds", "stop_seconds",
            "poll_seconds", "peer_grace_seconds", "node_wait_seconds", "backoff_seconds", "backoff_max_seconds",
-           "window_seconds", "stall_seconds")
+           "window_seconds", "stall_seconds", "progress_seconds")
 _INTS = ("max_failed_restores", "log_lines")
 _STRINGS = ("container", "api_url", "served_model_name", "state_path", "maintenance_path")
 
@@ -414,7 +415,7 @@ def maintenance_active(text: str | None, now: float) -> dict[str, Any] | None:
 
 TUNABLES = ("interval_seconds", "probe_interval_seconds", "probe_timeout_seconds", "grace_seconds", "stop_seconds",
             "poll_seconds", "peer_grace_seconds", "node_wait_seconds", "backoff_seconds", "backoff_max_seconds",
-            "max_failed_restores", "window_seconds", "log_lines", "budgets", "stall_seconds")
+            "max_failed_restores", "window_seconds", "log_lines", "budgets", "stall_seconds", "progress_seconds")
 
 
 def ssh_alias(host: str) -> str:

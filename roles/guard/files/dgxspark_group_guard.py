@@ -38,7 +38,7 @@ from ansible_collections.dgxspark.vllm.plugins.module_utils._docker_logs import 
     DockerLogsError, read_container_logs,
 )
 from ansible_collections.dgxspark.vllm.plugins.module_utils._startup import (  # noqa: E402
-    Observation, established_peers, make_watch, progress_mark, step,
+    Observation, describe_progress, established_peers, make_watch, progress_mark, step,
 )
 from ansible_collections.dgxspark.vllm.plugins.module_utils._vllm_log import parse_log  # noqa: E402
 
@@ -419,6 +419,7 @@ class Guard:
                                          self.config.peer_grace_seconds, stall_seconds=self.config.stall_seconds)
                    for rank in ranks}
         pending = {rank.name for rank in ranks}
+        shown = {rank.name: t0 for rank in ranks}     # when each rank's last progress line went to the journal
         while pending:
             if self.stopping.is_set():
                 record.update(failed_rank=sorted(pending)[0], failed_phase=target, error="the guard is stopping")
@@ -451,6 +452,10 @@ class Guard:
                     record.update(failed_rank=rank.name, failed_phase=verdict.phase or "container_started",
                                   error=verdict.reason)
                     return False
+                if verdict.status == "waiting" and self.clock() - shown[rank.name] >= self.config.progress_seconds:
+                    shown[rank.name] = self.clock()
+                    log(LOG_INFO, "restore: %s: %s (%.0f s)" % (rank.name, describe_progress(verdict.progress),
+                                                                 self.clock() - record["started_at"]))
                 if verdict.status == "done":
                     pending.discard(rank.name)
                     log(LOG_INFO, "restore: %s reached %s after %.1f s" % (rank.name, target, self.clock() - record["started_at"]))

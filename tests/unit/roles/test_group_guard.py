@@ -458,6 +458,20 @@ def test_head_whose_log_stops_mid_load_fails_as_stalled(tmp_path, monkeypatch):
     assert not any(rig.running().values())
 
 
+def test_a_restore_writes_each_waiting_rank_s_progress_to_the_journal(tmp_path, monkeypatch, capsys):
+    monkeypatch.delenv("NOTIFY_SOCKET", raising=False)
+    rig = Rig(tmp_path, progress_seconds=2)
+    assert rig.guard.tick() == "ok"
+    capsys.readouterr()
+    rig.nodes[W1].crash()
+    assert rig.guard.tick() == "restored"
+    out = capsys.readouterr().out
+    # the head takes about 10 s to serve: a line every 2 s while it waits, each with the phase it reached
+    head_lines = [line for line in out.splitlines() if f"restore: {HEAD}: phase " in line]
+    assert len(head_lines) >= 3
+    assert "phase container_started" in head_lines[0] and "phase kv_allocated" in head_lines[-1]
+
+
 def test_without_a_stall_timeout_a_quiet_head_waits_for_its_budget(tmp_path, monkeypatch):
     monkeypatch.delenv("NOTIFY_SOCKET", raising=False)
     rig = Rig(tmp_path, budgets={"weights_loaded": 40})
