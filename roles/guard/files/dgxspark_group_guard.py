@@ -454,8 +454,8 @@ class Guard:
                     return False
                 if verdict.status == "waiting" and self.clock() - shown[rank.name] >= self.config.progress_seconds:
                     shown[rank.name] = self.clock()
-                    log(LOG_INFO, "restore: %s: %s (%.0f s)" % (rank.name, describe_progress(verdict.progress),
-                                                                 self.clock() - record["started_at"]))
+                    waited = self.clock() - record["started_at"]
+                    log(LOG_INFO, "restore: %s: %s (%.0f s)" % (rank.name, describe_progress(verdict.progress), waited))
                 if verdict.status == "done":
                     pending.discard(rank.name)
                     log(LOG_INFO, "restore: %s reached %s after %.1f s" % (rank.name, target, self.clock() - record["started_at"]))
