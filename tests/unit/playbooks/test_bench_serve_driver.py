@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import importlib.util
 import json
 import os
 import sys
@@ -21,24 +20,14 @@ from pathlib import Path
 
 import pytest
 
+from helpers.programs import load_program
 from ansible_collections.dgxspark.vllm.plugins.module_utils import _bench
 
 ROOT = Path(__file__).resolve().parents[3]
 SCRIPT = ROOT / "playbooks" / "files" / "dgxspark_bench_serve.py"
 
 
-def _load():
-    spec = importlib.util.spec_from_file_location("dgxspark_bench_serve", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    keep, sys.dont_write_bytecode = sys.dont_write_bytecode, True  # no __pycache__ among the playbook's files
-    try:
-        spec.loader.exec_module(module)
-    finally:
-        sys.dont_write_bytecode = keep
-    return module
-
-
-driver = _load()
+driver = load_program(SCRIPT, "dgxspark_bench_serve")
 
 
 @pytest.fixture(autouse=True)

@@ -8,7 +8,6 @@ checks every role under roles/ that has both defaults/main.yml and meta/argument
 from __future__ import annotations
 
 import calendar
-import importlib.util
 import json
 import os
 import signal
@@ -20,6 +19,7 @@ import time
 from pathlib import Path
 
 import jinja2
+from helpers.programs import load_program
 import pytest
 import yaml
 
@@ -32,19 +32,7 @@ KIB = 1024
 GIB = 1024 ** 3
 
 
-def _load_program():
-    spec = importlib.util.spec_from_file_location("dgxspark_cache_flush", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # dataclasses look their module up while building the classes
-    keep, sys.dont_write_bytecode = sys.dont_write_bytecode, True  # no __pycache__ among the role's files
-    try:
-        spec.loader.exec_module(module)
-    finally:
-        sys.dont_write_bytecode = keep
-    return module
-
-
-prog = _load_program()
+prog = load_program(SCRIPT, "dgxspark_cache_flush")
 
 
 def fixture_text(name: str) -> str:

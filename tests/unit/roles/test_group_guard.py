@@ -11,12 +11,10 @@ from __future__ import annotations
 
 import calendar
 import http.server
-import importlib.util
 import ipaddress
 import json
 import os
 import socket
-import sys
 import threading
 import time
 from pathlib import Path
@@ -24,6 +22,7 @@ from pathlib import Path
 import pytest
 
 from helpers.fixtures import read_log
+from helpers.programs import load_program
 from ansible_collections.dgxspark.vllm.plugins.module_utils import _guard as G
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -35,19 +34,7 @@ CONTAINER = "vllm_glm53"
 MUTATING = ("start", "stop", "kill", "unpause")
 
 
-def _load_program():
-    spec = importlib.util.spec_from_file_location("dgxspark_group_guard", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    keep, sys.dont_write_bytecode = sys.dont_write_bytecode, True  # no __pycache__ among the role's files
-    try:
-        spec.loader.exec_module(module)
-    finally:
-        sys.dont_write_bytecode = keep
-    return module
-
-
-prog = _load_program()
+prog = load_program(SCRIPT, "dgxspark_group_guard")
 
 
 def script_from_fixture(name: str, first: float, step: float = 1.0) -> list:
