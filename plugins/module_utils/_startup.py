@@ -10,7 +10,7 @@ from __future__ import annotations
 import ipaddress
 from dataclasses import dataclass, field
 
-from ansible_collections.dgxspark.vllm.plugins.module_utils._vllm_log import PHASES
+from ansible_collections.dgxspark.vllm.plugins.module_utils._vllm_log import PHASES, LogReport
 
 DEFAULT_BUDGETS: dict[str, float] = {
     "container_started": 60.0,     # from `docker run` to a running container
@@ -45,6 +45,23 @@ class Observation:
 def progress_mark(phase: str | None, shards_done: int | None, progress_lines: int) -> tuple:
     """The part of a rank's log that moves while its engine works: phase, shards loaded, lines written."""
     return (phase, shards_done, progress_lines)
+
+
+def observe(now: float, exists: bool, running: bool, exit_code: int | None, report: LogReport | None,
+            peers_connected: frozenset[str] = frozenset(), paused: bool = False) -> Observation:
+    """One poll's observation from the container's state and its log's report (None: no log read).
+
+    A stopped container's log proves only the phases it reached beyond a running container."""
+    if report is None:
+        return Observation(now=now, exists=exists, running=running, exit_code=exit_code,
+                           peers_connected=peers_connected, paused=paused)
+    return Observation(
+        now=now, exists=exists, running=running, exit_code=exit_code,
+        phase=report.phase if running or report.phase != PHASES[0] else None,
+        engine_error=report.engine_error, peers_connected=peers_connected, paused=paused,
+        progress=progress_mark(report.phase, report.shards_done, report.progress_lines),
+        shards=(report.shards_done, report.shards_total) if report.shards_total else None,
+        last_line=report.last_line)
 
 
 @dataclass
@@ -121,9 +138,7 @@ def progress_report(watch: Watch, obs: Observation, phase: str | None) -> dict:
     """Where the rank's load stands, for a person watching: phase, shards N/M and their rate, the quiet time."""
     done, total = obs.shards if obs.shards else (None, None)
     rate = None
-    if done is not None:
-        if watch.first_shards is None:
-            watch.first_shards = (obs.now, done)
+    if done is not None and watch.first_shards is not None:
         t0, n0 = watch.first_shards
         if obs.now > t0 and done > n0:
             rate = round((done - n0) * 60.0 / (obs.now - t0), 2)
@@ -164,6 +179,8 @@ def step(watch: Watch, obs: Observation) -> Verdict:
     together = all(peer in watch.peers_seen for peer in watch.peers)
     if obs.progress is not None and together and (watch.progress_at is None or obs.progress != watch.progress_mark):
         watch.progress_mark, watch.progress_at = obs.progress, obs.now
+    if obs.shards is not None and watch.first_shards is None:
+        watch.first_shards = (obs.now, obs.shards[0])
 
     def verdict(status: str, reason: str | None = None) -> Verdict:
         return Verdict(status=status, phase=current, reason=reason, phase_reached_at=dict(watch.reached),

@@ -204,7 +204,7 @@ from ansible.module_utils.urls import open_url
 
 from ansible_collections.dgxspark.vllm.plugins.module_utils._docker_logs import DockerLogsError, read_container_logs
 from ansible_collections.dgxspark.vllm.plugins.module_utils._startup import (
-    Observation, StartupError, describe_progress, established_peers, make_watch, progress_mark, step,
+    StartupError, describe_progress, established_peers, make_watch, observe, step,
 )
 from ansible_collections.dgxspark.vllm.plugins.module_utils._vllm_log import PHASES, parse_log
 
@@ -335,14 +335,7 @@ def main() -> None:
                 module.fail_json(msg=str(exc))
             report = parse_log(text)
         peers = established_peers(_proc_net_tcp(), watch.peers) if watch.peers else frozenset()
-        obs = Observation(now=time.monotonic(), exists=exists, running=running, exit_code=exit_code,
-                          phase=report.phase if report and (running or report.phase != PHASES[0]) else None,
-                          engine_error=report.engine_error if report else None, peers_connected=peers, paused=paused,
-                          progress=(progress_mark(report.phase, report.shards_done, report.progress_lines)
-                                    if report else None),
-                          shards=(report.shards_done, report.shards_total) if report and report.shards_total else None,
-                          last_line=report.last_line if report else None)
-        verdict = step(watch, obs)
+        verdict = step(watch, observe(time.monotonic(), exists, running, exit_code, report, peers, paused))
         # with an API check still to come, "done" is written only once that check is over
         publish(verdict, "waiting" if verdict.status == "done" and p["api_url"] else verdict.status)
         if verdict.status != "waiting":

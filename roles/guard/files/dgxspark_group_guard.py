@@ -38,7 +38,7 @@ from ansible_collections.dgxspark.vllm.plugins.module_utils._docker_logs import 
     DockerLogsError, read_container_logs,
 )
 from ansible_collections.dgxspark.vllm.plugins.module_utils._startup import (  # noqa: E402
-    Observation, describe_progress, established_peers, make_watch, progress_mark, step,
+    describe_progress, established_peers, make_watch, observe, step,
 )
 from ansible_collections.dgxspark.vllm.plugins.module_utils._vllm_log import parse_log  # noqa: E402
 
@@ -439,13 +439,8 @@ class Guard:
                     return False
                 report = parse_log(node.logs(self.config.container, since=started.get(rank.name))) if obs.exists else None
                 connected = established_peers(self.proc_net_tcp(), peers) if peers and rank.role == "head" else frozenset()
-                verdict = step(watches[rank.name], Observation(
-                    now=self.clock(), exists=obs.exists, running=obs.running, exit_code=obs.exit_code,
-                    phase=report.phase if report and (obs.running or report.phase != "container_started") else None,
-                    engine_error=report.engine_error if report else None, peers_connected=connected, paused=obs.paused,
-                    progress=progress_mark(report.phase, report.shards_done, report.progress_lines) if report else None,
-                    shards=(report.shards_done, report.shards_total) if report and report.shards_total else None,
-                    last_line=report.last_line if report else None))
+                verdict = step(watches[rank.name], observe(self.clock(), obs.exists, obs.running, obs.exit_code, report,
+                                                           connected, obs.paused))
                 record.setdefault("phases", {}).setdefault(rank.name, {}).update(
                     {k: round(v - record["started_at"], 1) for k, v in verdict.phase_reached_at.items()})
                 if verdict.status == "failed":

@@ -6,9 +6,10 @@ import re
 import pytest
 
 from ansible_collections.dgxspark.vllm.plugins.module_utils._startup import (
-    Observation, StartupError, Watch, describe_progress, established_peers, make_watch, progress_mark,
+    Observation, StartupError, Watch, describe_progress, established_peers, make_watch, observe, progress_mark,
     progress_report, step,
 )
+from ansible_collections.dgxspark.vllm.plugins.module_utils._vllm_log import LogReport
 
 BUDGETS = {"container_started": 10, "rendezvous": 20, "weights_loaded": 30, "kv_allocated": 30, "api_up": 30}
 
@@ -403,3 +404,24 @@ def test_describe_progress_of_a_verdict() -> None:
     v = step(w, obs(0, "rendezvous", progress=mark(3, shards=40), shards=(40, 80)))
     assert describe_progress(v.progress) == ("phase rendezvous, checkpoint shards 40/80, last progress 0 s ago "
                                              "(stall timeout 600 s)")
+
+
+def test_observe_builds_the_observation_from_the_state_and_the_log_report() -> None:
+    report = LogReport(phase="weights_loaded", engine_error=None, shards_done=3, shards_total=8, progress_lines=41,
+                       last_line="Loading safetensors checkpoint shards:  38% Completed | 3/8")
+    obs = observe(5.0, True, True, None, report, frozenset({"10.0.0.2"}), paused=True)
+    assert (obs.phase, obs.shards, obs.progress, obs.paused) == (
+        "weights_loaded", (3, 8), progress_mark("weights_loaded", 3, 41), True)
+    assert (obs.last_line, obs.peers_connected) == (report.last_line, frozenset({"10.0.0.2"}))
+    # no shard bar in the log: no shards
+    assert observe(5.0, True, True, None, LogReport(phase="rendezvous")).shards is None
+    # no log read: nothing from it
+    bare = observe(5.0, False, False, None, None)
+    assert (bare.phase, bare.progress, bare.last_line, bare.engine_error) == (None, None, None, None)
+
+
+def test_observe_takes_a_stopped_container_s_log_only_beyond_its_start() -> None:
+    """A stopped container's log that proves nothing beyond container_started does not count as started."""
+    assert observe(1.0, True, False, 1, LogReport(phase="container_started")).phase is None
+    assert observe(1.0, True, False, 1, LogReport(phase="rendezvous")).phase == "rendezvous"
+    assert observe(1.0, True, True, None, LogReport(phase="container_started")).phase == "container_started"
