@@ -160,3 +160,60 @@ def read_state(run: RunCommand, docker: str | None, container: str | None, image
     state["staging_lock"] = lock_exists
     state["mem_total_mb"] = mem_total_mb(meminfo)
     return state
+
+
+# ------------------------------------------------------------------------------------------- description
+
+_DESCRIBED = ("cx7_iface", "ib_hca", "gid_index")
+
+
+def _given(value: Any) -> bool:
+    return value is not None and value != ""
+
+
+def wants_rdma(inventory: Mapping[str, Any], detected: Mapping[str, Any]) -> bool:
+    """Whether the RDMA facts must be read from sysfs: neither preflight (in this run) nor the inventory gave both
+    the HCAs and the GID index."""
+    if _given(detected.get("gid_index")):
+        return False
+    return not (_given(inventory.get("ib_hca")) and _given(inventory.get("gid_index")))
+
+
+def chosen_iface(inventory: Mapping[str, Any], detected: Mapping[str, Any]) -> str | None:
+    """The CX7 interface the inventory names, else the one preflight found in this run (None: find it by IP)."""
+    for source in (inventory, detected):
+        if _given(source.get("cx7_iface")):
+            return str(source["cx7_iface"])
+    return None
+
+
+def describe(name: str, cx7_ip: str, head: bool, cx7_iface: str | None, inventory: Mapping[str, Any],
+             detected: Mapping[str, Any], rdma: Mapping[str, Any] | None) -> dict[str, Any]:
+    """The node as the render takes it (`vllm_serve_spec`'s nodes entry): each RDMA fact from the inventory, else
+    from preflight in this run, else from the sysfs read (when it succeeded); unknown facts are left out."""
+    read = rdma if rdma and rdma.get("ok") else {}
+    out: dict[str, Any] = {"name": name, "cx7_ip": cx7_ip, "head": head}
+    if _given(cx7_iface):
+        out["cx7_iface"] = cx7_iface
+    for key in ("ib_hca", "gid_index"):
+        for source in (inventory, detected, read):
+            if _given(source.get(key)):
+                out[key] = source[key]
+                break
+    return out
+
+
+def identity(name: str, state: Mapping[str, Any]) -> dict[str, Any]:
+    """The node's part of the KV calibration key: serve image ID and hardware (GPU, driver, memory)."""
+    gpu = state.get("gpu") or {}
+    mem_mb = state.get("mem_total_mb")
+    return {
+        "name": name,
+        "image_id": state.get("image_id") or "",
+        "hardware": {
+            "gpu_name": gpu.get("gpu_name") or "" if state.get("gpu") else None,
+            "driver": gpu.get("driver") or "" if state.get("gpu") else None,
+            "gpu_memory": gpu.get("gpu_memory") or "" if state.get("gpu") else None,
+            "mem_total_bytes": mem_mb * 1048576 if mem_mb else None,
+        },
+    }

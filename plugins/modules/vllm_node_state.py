@@ -55,6 +55,30 @@ options:
     description: Whether to read the GPU's identity with C(nvidia-smi) (absent C(nvidia-smi) gives null).
     type: bool
     default: true
+  name:
+    description:
+      - The node's inventory name. With it, the module also returns RV(node) (the node as the render takes it) and
+        RV(identity) (its part of the KV calibration key).
+    type: str
+  head:
+    description: Whether the node is the head (rank 0), for RV(node).
+    type: bool
+    default: false
+  inventory:
+    description:
+      - What the inventory says about the node's CX7 port (C(cx7_iface), C(ib_hca), C(gid_index); empty or null
+        when unset), as the resolved configuration lists it per node.
+      - Each fact given here wins over O(detected) and over the sysfs read; an interface given here is used as
+        O(cx7_iface) is.
+    type: dict
+    default: {}
+  detected:
+    description:
+      - What a preflight in the same run detected (C(cx7_iface), C(ib_hca), C(gid_index)); used where the inventory
+        gives nothing.
+      - With a detected GID index, or both HCAs and GID index in O(inventory), O(rdma) reads nothing.
+    type: dict
+    default: {}
 extends_documentation_fragment:
   - dgxspark.vllm.attributes
 attributes:
@@ -82,6 +106,19 @@ EXAMPLES = r"""
 """
 
 RETURN = r"""
+node:
+  description:
+    - The node as M(dgxspark.vllm.vllm_serve_spec) takes it, when O(name) is given. Each RDMA fact comes from
+      O(inventory), else O(detected), else the sysfs read; a fact none of them gives is left out.
+  returned: when O(name) is given
+  type: dict
+  sample: {name: spark-a, cx7_ip: 192.168.100.10, head: true, cx7_iface: enp1s0f0np0, ib_hca: "rocep1s0f0", gid_index: 3}
+identity:
+  description: The node's part of the KV calibration key (serve image ID, GPU name, driver, GPU memory, MemTotal).
+  returned: when O(name) is given
+  type: dict
+  sample: {name: spark-a, image_id: "sha256:0123", hardware: {gpu_name: NVIDIA GB10, driver: "580.95",
+           gpu_memory: "[N/A]", mem_total_bytes: 128000000000}}
 cx7_iface:
   description: The interface that carries O(cx7_ip) (or O(cx7_iface) as given); null without O(cx7_ip).
   returned: always
@@ -134,7 +171,8 @@ import os
 from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.dgxspark.vllm.plugins.module_utils._node_state import (
-    NodeStateError, interface_with_ip, no_interface_message, parse_ipv4_addresses, read_state)
+    NodeStateError, chosen_iface, describe, identity, interface_with_ip, no_interface_message, parse_ipv4_addresses,
+    read_state, wants_rdma)
 from ansible_collections.dgxspark.vllm.plugins.module_utils._rdma import RdmaError, resolve_link
 
 
@@ -177,16 +215,20 @@ def main() -> None:
             "stamp_path": {"type": "path"},
             "lock_path": {"type": "path"},
             "gpu": {"type": "bool", "default": True},
+            "name": {"type": "str"},
+            "head": {"type": "bool", "default": False},
+            "inventory": {"type": "dict", "default": {}},
+            "detected": {"type": "dict", "default": {}},
         },
         required_if=[("rdma", True, ("cx7_ip",))],
         supports_check_mode=True,
     )
     p = module.params
-    cx7_iface = p["cx7_iface"] or None
+    cx7_iface = p["cx7_iface"] or chosen_iface(p["inventory"], p["detected"])
     if p["cx7_ip"] and cx7_iface is None:
         cx7_iface = _cx7_iface(module, p["cx7_ip"])
     rdma = None
-    if p["rdma"]:
+    if p["rdma"] and wants_rdma(p["inventory"], p["detected"]):
         try:
             rdma = resolve_link(p["cx7_ip"], cx7_iface, p["sysfs_root"]).to_dict()
         except RdmaError as exc:
@@ -206,7 +248,11 @@ def main() -> None:
                            _read_meminfo())
     except NodeStateError as exc:
         module.fail_json(msg=str(exc))
-    module.exit_json(changed=False, cx7_iface=cx7_iface, rdma=rdma, **state)
+    described = {}
+    if p["name"]:
+        described = {"node": describe(p["name"], p["cx7_ip"], p["head"], cx7_iface, p["inventory"], p["detected"], rdma),
+                     "identity": identity(p["name"], state)}
+    module.exit_json(changed=False, cx7_iface=cx7_iface, rdma=rdma, **state, **described)
 
 
 if __name__ == "__main__":

@@ -1,0 +1,87 @@
+# Copyright: Contributors to the dgxspark.vllm collection
+# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
+"""Action plugin for dgxspark.vllm.launch_plan: the launch's next step, decided on the controller.
+
+Reads the KV record (next to the inventory), renders every node's container and asks the pure planner
+(module_utils/_launch_plan.py) for the next step; writes the record when the step measured something. Never
+touches a node.
+"""
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from ansible_collections.dgxspark.vllm.plugins.module_utils._kv_calibration import CalibrationError, dump_cache, load_cache
+from ansible_collections.dgxspark.vllm.plugins.module_utils._kv_calibration_task import read_text, write_text
+from ansible_collections.dgxspark.vllm.plugins.module_utils._launch_plan import (
+    Calibration,
+    PlanError,
+    described_nodes,
+    plan,
+)
+from ansible_collections.dgxspark.vllm.plugins.module_utils._profiles import plain
+from ansible_collections.dgxspark.vllm.plugins.module_utils._serve_spec import SpecError, profile_from_data, render_cluster
+from ansible_collections.dgxspark.vllm.plugins.plugin_utils._controller_action import (
+    ControllerAction,
+    ControllerTaskError,
+)
+
+ARGUMENT_SPEC: dict[str, Any] = dict(
+    config=dict(type="dict", required=True),
+    nodes=dict(type="dict", required=True),
+    api_key=dict(type="str", no_log=True),
+    calibration=dict(type="dict", default={}, options=dict(
+        enabled=dict(type="bool", default=True),
+        path=dict(type="path"),
+        policy=dict(type="str", choices=["requested", "full"], default="requested"),
+        margin_bytes=dict(type="int", default=0),
+        default_block_size=dict(type="int", default=16),
+        accept_estimated_max_model_len=dict(type="bool", default=False),
+    )),
+    previous=dict(type="dict"),
+    observed=dict(type="dict"),
+    metrics=dict(type="dict"),
+    diagnosis_lines=dict(type="int", default=30),
+)
+
+
+class ActionModule(ControllerAction):
+    argument_spec = ARGUMENT_SPEC
+
+    def run_task(self, params: dict[str, Any], check_mode: bool, diff: bool) -> dict[str, Any]:
+        config, nodes = plain(params["config"]), plain(params["nodes"])
+        c = params["calibration"]
+        path = c["path"]
+        if c["enabled"] and not path:
+            raise ControllerTaskError("calibration.path is required when calibration.enabled is true")
+        calibration = Calibration(enabled=c["enabled"], policy=c["policy"], margin_bytes=c["margin_bytes"],
+                                  default_block_size=c["default_block_size"],
+                                  accept_estimated_max_model_len=c["accept_estimated_max_model_len"],
+                                  record_path=path or "the KV record")
+        api_key = params["api_key"] or None
+        try:
+            profile = profile_from_data(config["profile"])
+            described = described_nodes(config, nodes)
+        except (SpecError, PlanError, KeyError) as exc:
+            raise ControllerTaskError(f"the launch cannot be planned: {exc}") from exc
+
+        def render(settings: dict[str, Any]) -> dict[str, dict[str, Any]]:
+            return {name: spec.as_result() for name, spec in render_cluster(profile, described, settings, api_key).items()}
+
+        try:
+            cache = load_cache(read_text(path) if c["enabled"] and path else None, path or "the KV record")
+            result = plan(config, nodes, render, cache, calibration, plain(params["previous"]),
+                          plain(params["observed"]), plain(params["metrics"]), params["diagnosis_lines"],
+                          time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()))
+        except (SpecError, CalibrationError, PlanError) as exc:
+            raise ControllerTaskError(f"the launch cannot be planned: {exc}") from exc
+        out = result.as_result()
+        out["changed"] = False
+        if result.cache is not None and path:
+            out["changed"] = True
+            if not check_mode:
+                try:
+                    write_text(path, dump_cache(result.cache))
+                except OSError as exc:
+                    raise ControllerTaskError(f"cannot write the KV calibration file {path}: {exc}") from exc
+        return out
