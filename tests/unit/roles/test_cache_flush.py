@@ -1,9 +1,9 @@
 # Copyright: Contributors to the dgxspark.vllm collection
 # GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
-"""Tests for roles/cache_flush: the node-side flush/watchdog program and the role's argument specs.
+"""Tests for roles/cache_flush: the node-side flush/watchdog program and the role's entry points.
 
-The program is a standalone script (roles/cache_flush/files), imported by path. The argument-spec test
-checks every role under roles/ that has both defaults/main.yml and meta/argument_specs.yml.
+The program is a standalone script (roles/cache_flush/files), imported by path. Every role's argument specs are
+checked against its defaults in test_argument_specs.py.
 """
 from __future__ import annotations
 
@@ -483,101 +483,8 @@ def test_service_notifies_ready_and_stops_cleanly_on_sigterm(tmp_path):
     assert drop.read_text() == ""
 
 
-# ---------------------------------------------------------------- argument_specs vs defaults, every role
-
-SPEC_TYPES = {
-    "str": (str,), "path": (str,), "int": (int,), "float": (float, int), "bool": (bool,),
-    "list": (list,), "dict": (dict,), "raw": (object,),
-}
-
-
-def _roles_with_specs():
-    return sorted(path.name for path in ROLES.iterdir()
-                  if (path / "defaults" / "main.yml").is_file() and (path / "meta" / "argument_specs.yml").is_file())
-
-
-def _type_ok(value, spec_type):
-    if value is None or (isinstance(value, str) and "{{" in value):
-        return True  # unset, or decided at run time: nothing to compare statically
-    if spec_type in ("int", "float") and isinstance(value, bool):
-        return False
-    return isinstance(value, SPEC_TYPES[spec_type])
-
-
-def spec_problems(defaults: dict, specs: dict) -> list:
-    """Drift between a role's defaults and its argument_specs, as readable messages (empty: they agree).
-
-    Every default must be an option of `main` with a matching type; every option of any entry point must have
-    a default unless it is required; a spec `default` must equal the defaults/ value and sit in `choices`.
-    """
-    problems = []
-    main = (specs.get("main") or {}).get("options") or {}
-    if not main:
-        problems.append("no `main` entry point with options")
-    for name in sorted(set(defaults) - set(main)):
-        problems.append("%s is in defaults/main.yml but not an option of the main entry point" % name)
-    for entry, spec in sorted(specs.items()):
-        for name, option in sorted(((spec or {}).get("options") or {}).items()):
-            where = "%s.%s" % (entry, name)
-            spec_type = option.get("type", "str")
-            if spec_type not in SPEC_TYPES:
-                problems.append("%s has unknown type %r" % (where, spec_type))
-                continue
-            if name not in defaults:
-                if not option.get("required", False):
-                    problems.append("%s is neither required nor in defaults/main.yml" % where)
-                continue
-            value = defaults[name]
-            if not _type_ok(value, spec_type):
-                problems.append("%s is type %s but defaults/main.yml has %r (%s)" % (where, spec_type, value, type(value).__name__))
-            if "default" in option and option["default"] != value:
-                problems.append("%s default %r differs from defaults/main.yml %r" % (where, option["default"], value))
-            templated = isinstance(value, str) and "{{" in value   # decided at run time
-            if "choices" in option and not templated and value not in option["choices"]:
-                problems.append("%s default %r is not among choices %r" % (where, value, option["choices"]))
-    return problems
-
-
-@pytest.mark.parametrize("role", [role for role in _roles_with_specs() if role != "dgxspark_vllm"])
-def test_argument_specs_match_defaults(role):
-    defaults = yaml.safe_load((ROLES / role / "defaults" / "main.yml").read_text(encoding="utf-8")) or {}
-    specs = yaml.safe_load((ROLES / role / "meta" / "argument_specs.yml").read_text(encoding="utf-8"))["argument_specs"]
-    assert spec_problems(defaults, specs) == []
-
+# ---------------------------------------------------------------- argument_specs (every role's: test_argument_specs.py)
 
 def test_cache_flush_role_is_checked():
-    assert "cache_flush" in _roles_with_specs()
+    assert (ROLE / "defaults" / "main.yml").is_file()   # so test_argument_specs.py compares it with its specs
     assert set(yaml.safe_load((ROLE / "meta" / "argument_specs.yml").read_text(encoding="utf-8"))["argument_specs"]) == {"main", "start", "stop", "follow"}
-
-
-@pytest.mark.parametrize(("defaults", "specs", "problem"), [
-    ({"r_a": 1, "r_b": 2}, {"main": {"options": {"r_a": {"type": "int"}}}}, "r_b is in defaults/main.yml but not an option"),
-    ({"r_a": 1}, {"main": {"options": {"r_a": {"type": "int"}, "r_c": {"type": "str"}}}}, "main.r_c is neither required nor in defaults"),
-    ({"r_a": "5"}, {"main": {"options": {"r_a": {"type": "int"}}}}, "main.r_a is type int but defaults/main.yml has '5'"),
-    ({"r_a": True}, {"main": {"options": {"r_a": {"type": "int"}}}}, "main.r_a is type int"),
-    ({"r_a": 1}, {"main": {"options": {"r_a": {"type": "bool"}}}}, "main.r_a is type bool"),
-    ({"r_a": 1}, {"main": {"options": {"r_a": {"type": "int", "default": 2}}}}, "main.r_a default 2 differs"),
-    ({"r_a": "x"}, {"main": {"options": {"r_a": {"choices": ["y"]}}}}, "main.r_a default 'x' is not among choices"),
-    ({"r_a": 1}, {"main": {"options": {"r_a": {"type": "int"}}}, "start": {"options": {"r_a": {"type": "str"}}}}, "start.r_a is type str"),
-    ({"r_a": 1}, {"main": {"options": {"r_a": {"type": "integer"}}}}, "unknown type 'integer'"),
-])
-def test_spec_checker_catches_drift(defaults, specs, problem):
-    assert any(problem in message for message in spec_problems(defaults, specs)), spec_problems(defaults, specs)
-
-
-def test_spec_checker_accepts_required_and_templated():
-    specs = {"main": {"options": {"r_a": {"type": "int"}, "r_req": {"type": "str", "required": True}, "r_p": {"type": "path"}}}}
-    assert spec_problems({"r_a": "{{ other | int }}", "r_p": None}, specs) == []
-
-
-def test_the_config_roles_options_are_the_variables_the_config_step_knows():
-    """dgxspark_vllm documents exactly the variables cluster_config resolves (its defaults hold only the secrets)."""
-    from ansible_collections.dgxspark.vllm.plugins.module_utils._config import PREFIX, VARIABLES
-
-    specs = yaml.safe_load((ROLES / "dgxspark_vllm" / "meta" / "argument_specs.yml").read_text(encoding="utf-8"))
-    options = specs["argument_specs"]["main"]["options"]
-    assert sorted(options) == sorted(PREFIX + name for name in VARIABLES)
-    assert all(option["type"] == "raw" for option in options.values())   # the config step checks types itself
-    defaults = yaml.safe_load((ROLES / "dgxspark_vllm" / "defaults" / "main.yml").read_text(encoding="utf-8"))
-    assert defaults == {"dgxspark_vllm_api_key": "", "dgxspark_vllm_hf_token": ""}
-    assert {name for name in options if options[name].get("no_log")} == set(defaults)
