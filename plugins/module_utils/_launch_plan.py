@@ -203,11 +203,7 @@ class _Resolver:
             return specs, _Kv("off"), overrides
         key, parts = _key(_key_inputs(self.config, self.nodes, specs, settings))
         entry = lookup(self.cache, key)
-        if entry and entry.get("kv_cache_memory_bytes"):
-            overrides = dict(overrides, kv_cache_memory_bytes=int(entry["kv_cache_memory_bytes"]))
-            return (self.render(settings_with(self.config, overrides)),
-                    _Kv("cache", bytes=int(entry["kv_cache_memory_bytes"]), key=key, parts=parts,
-                        recorded_at=entry.get("recorded_at")), overrides)
+        # the estimate first: an entry holding both had its budget calibrated and then not fit this max-model-len
         if (may_fit and entry and entry.get("estimated_max_model_len") and "max_model_len" not in overrides):
             block = block_size(specs[self.config["head"]]["container"]["command"],
                                self.calibration.default_block_size)
@@ -217,6 +213,11 @@ class _Resolver:
                              f" does not fit: the engine estimated {entry['estimated_max_model_len']} (recorded "
                              f"{entry.get('recorded_at')}); {fit} is used")
                 return self.resolve(dict(overrides, max_model_len=fit), notes, may_fit=False)
+        if entry and entry.get("kv_cache_memory_bytes"):
+            overrides = dict(overrides, kv_cache_memory_bytes=int(entry["kv_cache_memory_bytes"]))
+            return (self.render(settings_with(self.config, overrides)),
+                    _Kv("cache", bytes=int(entry["kv_cache_memory_bytes"]), key=key, parts=parts,
+                        recorded_at=entry.get("recorded_at")), overrides)
         return specs, _Kv("calibrate", key=key, parts=parts), overrides
 
     def record(self, kv: _Kv, values: Mapping[str, Any], stamp: str) -> dict[str, Any] | None:
@@ -255,10 +256,12 @@ def failures(observed: Mapping[str, Any], order: Sequence[str]) -> list[_Failure
     for node in order:
         flush = (observed.get(node) or {}).get("flush") or {}
         if flush.get("failed"):
-            msg = str(flush.get("msg") or "")
+            msg = " ".join(str(flush.get("msg") or "").split())
+            # ansible.builtin.systemd_service's failure names the unit only in its invocation
+            unit = flush.get("service") or ((flush.get("invocation") or {}).get("module_args") or {}).get("name")
             why = (" it is not installed: run the main entry point of dgxspark.vllm.cache_flush (the site playbook) "
                    "before the launch" if FLUSH_NOT_INSTALLED in msg
-                   else f" its journal on {node} (journalctl -u {flush.get('service') or 'the flush service'}) says why")
+                   else f" its journal on {node} (journalctl -u {unit or 'the flush service'}) says why")
             out.append(_Failure(node, "flush", f"{node}: the page-cache flush service did not start: {msg};{why}"))
         for name, wait in _waits(observed, node):
             if not wait.get("ok"):
@@ -318,15 +321,19 @@ def _restart(config: Mapping[str, Any], nodes: Mapping[str, Mapping[str, Any]],
 
 
 def _diagnosis(stage: str, found: Sequence[_Failure], observed: Mapping[str, Any], order: Sequence[str],
-               estimate: int | None, fit: int | None, block: int, max_model_len: str, lines: int) -> str:
+               estimate: int | None, fit: int | None, block: int, max_model_len: str, lines: int,
+               accepted: bool = False) -> str:
     out = [f"Launch failed during {stage}."]
     out += [failure.text for failure in found]
     if estimate is not None:
         out.append(f"The engine cannot fit max-model-len {max_model_len} into its KV cache: the estimated maximum "
                    f"model length is {estimate}.")
-        out.append(f"Fix: set dgxspark_vllm_max_model_len to at most {estimate} ({fit} is that rounded down to the "
-                   f"block size {block}), or give the KV cache more memory, or set "
-                   f"launch_accept_estimated_max_model_len: true to relaunch with {fit} automatically.")
+        rounded = f" ({fit} is that rounded down to the block size {block})" if fit else ""
+        # the opt-in is offered only where it would act: not set yet, and a fit of at least one block
+        opt_in = (f", or set launch_accept_estimated_max_model_len: true to relaunch with {fit} automatically"
+                  if fit and not accepted else "")
+        out.append(f"Fix: set dgxspark_vllm_max_model_len to at most {estimate}{rounded}, or give the KV cache more "
+                   f"memory{opt_in}.")
     out.append(f"Every rank was stopped. Last {lines} log lines of every node:")
     for node in order:
         out.append(f"----- {node} ({'head' if node == order[0] else 'worker'}) -----")
@@ -414,7 +421,7 @@ def plan(config: Mapping[str, Any], nodes: Mapping[str, Mapping[str, Any]], rend
         return _next_start(finish, step, new_specs, new_kv, state, order, stop_first=True)
     stage = STAGES[found[0].stage]
     message = _diagnosis(stage, found, observed, order, estimate, fit, block, max_model_len_text(head_command),
-                         diagnosis_lines)
+                         diagnosis_lines, calibration.accept_estimated_max_model_len)
     return finish("fail", specs, kv, message, stop_first=True)
 
 
