@@ -8,6 +8,7 @@ touches a node.
 """
 from __future__ import annotations
 
+import os
 import time
 from typing import Any
 
@@ -58,6 +59,9 @@ class ActionModule(ControllerAction):
                                   default_block_size=c["default_block_size"],
                                   accept_estimated_max_model_len=c["accept_estimated_max_model_len"],
                                   record_path=path or "the KV record")
+        if c["enabled"] and not os.path.isdir(os.path.dirname(os.path.abspath(path))):
+            raise ControllerTaskError(f"the directory of the KV calibration file {path} does not exist: create it or "
+                                      "set launch_kv_calibration_file to a path in an existing directory")
         api_key = params["api_key"] or None
         try:
             profile = profile_from_data(config["profile"])
@@ -69,7 +73,11 @@ class ActionModule(ControllerAction):
             return {name: spec.as_result() for name, spec in render_cluster(profile, described, settings, api_key).items()}
 
         try:
-            cache = load_cache(read_text(path) if c["enabled"] and path else None, path or "the KV record")
+            text = read_text(path) if c["enabled"] and path else None
+        except OSError as exc:
+            raise ControllerTaskError(f"cannot read the KV calibration file {path}: {exc}") from exc
+        try:
+            cache = load_cache(text, path or "the KV record")
             result = plan(config, nodes, render, cache, calibration, plain(params["previous"]),
                           plain(params["observed"]), plain(params["metrics"]), params["diagnosis_lines"],
                           time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()))

@@ -41,7 +41,8 @@ STEPS: tuple[str, ...] = ("nothing", "start", "calibrate", "refit", "fail", "don
 STARTS: tuple[str, ...] = ("start", "calibrate", "refit")
 """The steps that start the group."""
 MAX_ATTEMPTS = 3
-"""A calibration start, a refit start and the start with the fit's budget: no launch needs a fourth."""
+"""A calibration start, a refit start and the start with the fit's budget. A calibrated budget that then does not fit
+would need a fourth: the launch fails instead, and the next one starts once from what the record kept."""
 WAIT_NAMES: tuple[str, ...] = ("rendezvous", "load", "serve", "alive")
 """The waits of one start, in order (a rank takes part in some): workers at their rendezvous, every rank's load,
 the head serving, every worker still up with the head's API answering from it."""
@@ -266,7 +267,7 @@ def failures(observed: Mapping[str, Any], order: Sequence[str]) -> list[_Failure
         for name, wait in _waits(observed, node):
             if not wait.get("ok"):
                 text = f"{node}: phase reached '{wait.get('phase')}': {wait.get('reason')}"
-                if wait.get("engine_error"):
+                if wait.get("engine_error") and str(wait["engine_error"]) not in str(wait.get("reason") or ""):
                     text += f" [engine: {wait['engine_error']}]"
                 out.append(_Failure(node, name, text))
     return out
@@ -337,7 +338,7 @@ def _diagnosis(stage: str, found: Sequence[_Failure], observed: Mapping[str, Any
     out.append(f"Every rank was stopped. Last {lines} log lines of every node:")
     for node in order:
         out.append(f"----- {node} ({'head' if node == order[0] else 'worker'}) -----")
-        out.append("\n".join(last_lines(observed, node)) or "(no log: this rank was not started)")
+        out.append("\n".join(last_lines(observed, node)) or "(no log read: no wait ran on this rank)")
     return "\n".join(out)
 
 
@@ -366,7 +367,8 @@ def plan(config: Mapping[str, Any], nodes: Mapping[str, Mapping[str, Any]], rend
         specs, kv, overrides = resolver.resolve({}, notes, may_fit=calibration.accept_estimated_max_model_len)
         state.update(overrides=overrides, notes=notes)
         restart, any_exists = _restart(config, nodes, specs)
-        if not restart:
+        # a group that runs the render but has no measured KV budget (a calibration that failed) calibrates again
+        if not restart and kv.source != "calibrate":
             return finish("nothing", specs, kv, any_exists=any_exists)
         state["attempt"] = 1
         return finish("calibrate" if kv.source == "calibrate" else "start", specs, kv, any_exists=any_exists)
@@ -391,7 +393,9 @@ def plan(config: Mapping[str, Any], nodes: Mapping[str, Mapping[str, Any]], rend
             try:
                 chosen = choose(reports, calibration.policy, calibration.margin_bytes)
             except CalibrationError as exc:
-                return finish("fail", specs, kv, f"KV calibration failed: {exc}")
+                return finish("fail", specs, kv, f"KV calibration failed: {exc}. The group keeps serving with the KV "
+                              "cache vLLM sized itself; the next launch calibrates again. To stop calibrating, set "
+                              "dgxspark_vllm_kv_cache_memory_bytes or launch_kv_calibration: false.")
             resolver.record(kv, dict(chosen), now)
             overrides = dict(state["overrides"], kv_cache_memory_bytes=int(chosen["kv_cache_memory_bytes"]))
             kv = _Kv("calibrated", bytes=int(chosen["kv_cache_memory_bytes"]), key=kv.key, parts=kv.parts,
