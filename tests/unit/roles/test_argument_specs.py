@@ -174,17 +174,11 @@ def _yaml_files(*folders: str):
         yield from sorted((ROOT / folder).rglob("*.yml"))
 
 
-# Known offenders being moved to the entry points (roles/launch and roles/kit_launch are rewritten separately):
-# remove an entry when its file no longer offends.
-PENDING_HEADER = {"roles/launch/tasks/main.yml", "roles/kit_launch/tasks/main.yml"}
-PENDING_INTERNALS = {("roles/kit_launch/tasks/main.yml", "__launch_lock_register")}
-
-
 def test_the_api_key_header_is_built_in_one_place():
     """Only dgxspark.vllm.cluster's api_headers turns dgxspark_vllm_api_key into an Authorization header."""
     builders = sorted(str(path.relative_to(ROOT)) for path in _yaml_files("roles", "playbooks")
                       if re.search(r"Bearer\s*['\"]?\s*(~|\{\{)", path.read_text(encoding="utf-8")))
-    assert [path for path in builders if path not in PENDING_HEADER] == ["roles/cluster/tasks/api_headers.yml"]
+    assert builders == ["roles/cluster/tasks/api_headers.yml"]
 
 
 def test_no_role_or_playbook_reads_another_roles_internals():
@@ -198,4 +192,4 @@ def test_no_role_or_playbook_reads_another_roles_internals():
         for match in pattern.finditer(path.read_text(encoding="utf-8")):
             if match.group(1) != owner:
                 found.add((str(relative), match.group(0)))
-    assert sorted(found - PENDING_INTERNALS) == []
+    assert sorted(found) == []
