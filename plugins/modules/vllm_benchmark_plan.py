@@ -22,7 +22,8 @@ description:
     token; RV(exec_argv) starts the driver through a shell that sets it from the container's own
     C(VLLM_API_KEY).
   - Also returns what C(community.docker.docker_container_exec) needs to run the driver shipped in
-    C(playbooks/files/dgxspark_bench_serve.py), which runs every case with one import of vLLM.
+    C(roles/operations/files/dgxspark_bench_serve.py) (the C(dgxspark.vllm.operations) role's C(benchmark) entry
+    point), which runs every case with one import of vLLM.
   - Pure computation; it never touches the target.
 author:
   - dgxspark.vllm contributors (@dgxspark)

@@ -142,31 +142,58 @@ def test_the_config_roles_options_are_the_variables_the_config_step_knows():
     assert {name for name in options if options[name].get("no_log")} == set(defaults)
 
 
-# ---------------------------------------------------------------- the cluster role: shared procedures, once
+# ---------------------------------------------------------------- roles of entry points only: cluster, operations
 
-CLUSTER_ENTRY_POINTS = {"stop", "staging_lock", "api_headers", "api_check", "cx7_copy"}
-
-
-def test_the_cluster_role_is_checked_and_has_only_its_entry_points():
-    assert "cluster" in roles_with_specs()
-    assert set(load_specs("cluster")) == CLUSTER_ENTRY_POINTS
-    assert not (ROLES / "cluster" / "tasks" / "main.yml").exists()   # no `main`: callers name the procedure
-    assert {path.stem for path in (ROLES / "cluster" / "tasks").glob("*.yml")} == CLUSTER_ENTRY_POINTS
+ENTRY_POINT_ROLES = {
+    "cluster": {"stop", "staging_lock", "api_headers", "api_check", "cx7_copy"},
+    "operations": {"status", "logs", "teardown", "benchmark"},
+}
 
 
-def test_the_cluster_roles_variables_are_prefixed():
-    defaults = yaml.safe_load((ROLES / "cluster" / "defaults" / "main.yml").read_text(encoding="utf-8"))
-    options = {name for spec in load_specs("cluster").values() for name in ((spec or {}).get("options") or {})}
-    assert [name for name in set(defaults) | options if not name.startswith("cluster_")] == []
-    internals = set(re.findall(r"\b(__[a-z][a-z0-9_]*)", "".join(
-        path.read_text(encoding="utf-8") for path in (ROLES / "cluster" / "tasks").glob("*.yml"))))
-    assert [name for name in internals if not name.startswith("__cluster_")] == []
+@pytest.mark.parametrize("role", sorted(ENTRY_POINT_ROLES))
+def test_an_entry_point_role_is_checked_and_has_only_its_entry_points(role):
+    assert role in roles_with_specs()
+    assert set(load_specs(role)) == ENTRY_POINT_ROLES[role]
+    assert not (ROLES / role / "tasks" / "main.yml").exists()   # no `main`: callers name the procedure
+    assert {path.stem for path in (ROLES / role / "tasks").glob("*.yml")} == ENTRY_POINT_ROLES[role]
 
 
-@pytest.mark.parametrize("entry", sorted(CLUSTER_ENTRY_POINTS))
-def test_every_cluster_entry_point_has_a_readme_section(entry):
-    readme = (ROLES / "cluster" / "README.md").read_text(encoding="utf-8")
-    assert re.search(r"^## .*`%s`" % entry, readme, re.MULTILINE), "README.md has no section for %s" % entry
+@pytest.mark.parametrize("role", sorted(ENTRY_POINT_ROLES))
+def test_an_entry_point_roles_variables_are_prefixed(role):
+    defaults = yaml.safe_load((ROLES / role / "defaults" / "main.yml").read_text(encoding="utf-8"))
+    options = {name for spec in load_specs(role).values() for name in ((spec or {}).get("options") or {})}
+    assert [name for name in set(defaults) | options if not name.startswith(role + "_")] == []
+    tasks = "".join(path.read_text(encoding="utf-8") for path in (ROLES / role / "tasks").glob("*.yml"))
+    internals = set(re.findall(r"\b(__[a-z][a-z0-9_]*)", tasks))
+    assert [name for name in internals if not name.startswith("__%s_" % role)] == []
+    # what the role publishes (register, set_fact) is its own: <role>_*, or __<role>_* inside it
+    published = {name for path in (ROLES / role / "tasks").glob("*.yml")
+                 for name in _published(yaml.safe_load(path.read_text(encoding="utf-8")) or [])}
+    assert published and [name for name in published if not name.lstrip("_").startswith(role + "_")] == []
+
+
+def _published(tasks: list):
+    for task in tasks:
+        if "register" in task:
+            yield task["register"]
+        yield from (task.get("ansible.builtin.set_fact") or {})
+        for section in ("block", "rescue", "always"):
+            yield from _published(task.get(section) or [])
+
+
+@pytest.mark.parametrize(("role", "entry"), sorted((role, entry) for role, entries in ENTRY_POINT_ROLES.items() for entry in entries))
+def test_every_entry_point_has_a_readme_section(role, entry):
+    readme = (ROLES / role / "README.md").read_text(encoding="utf-8")
+    assert re.search(r"^## .*`%s`" % entry, readme, re.MULTILINE), "%s/README.md has no section for %s" % (role, entry)
+
+
+@pytest.mark.parametrize(("playbook", "entry"), [("status", "status"), ("logs", "logs"), ("teardown", "teardown"),
+                                                 ("benchmark", "benchmark")])
+def test_the_operations_playbooks_are_short_plays_over_the_entry_points(playbook, entry):
+    plays = yaml.safe_load((ROOT / "playbooks" / ("%s.yml" % playbook)).read_text(encoding="utf-8"))
+    tasks = [task for play in plays for task in play.get("tasks", [])]
+    assert [task["ansible.builtin.include_role"] for task in tasks] == [
+        {"name": "dgxspark.vllm.operations", "tasks_from": entry, "apply": {"tags": [playbook]}}]
 
 
 def _yaml_files(*folders: str):

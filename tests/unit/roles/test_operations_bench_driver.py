@@ -1,10 +1,10 @@
 # Copyright: Contributors to the dgxspark.vllm collection
 # GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
-"""Tests for playbooks/files/dgxspark_bench_serve.py, the driver that runs `vllm bench serve` cases in the
-serve container, without vLLM: its plan checks, its loopback and key handling, and its dispatch against a
-stand-in ``vllm`` package that has the entry points the driver uses (``vllm.benchmarks.serve.add_cli_args``
-and ``main_async``/``main``, ``vllm.utils.argparse_utils.FlexibleArgumentParser``, ``vllm.platforms``,
-``vllm.logger``). The plan comes from the collection's own planner, so planner and driver must agree.
+"""Tests for roles/operations/files/dgxspark_bench_serve.py (the operations role's `benchmark` entry point), the
+driver that runs `vllm bench serve` cases in the serve container, without vLLM: its plan checks, its loopback and
+key handling, and its dispatch against a stand-in ``vllm`` package that has the entry points the driver uses
+(``vllm.benchmarks.serve.add_cli_args`` and ``main_async``/``main``, ``vllm.utils.argparse_utils.FlexibleArgumentParser``,
+``vllm.platforms``, ``vllm.logger``). The plan comes from the collection's own planner, so planner and driver must agree.
 """
 from __future__ import annotations
 
@@ -24,7 +24,7 @@ from helpers.programs import load_program
 from ansible_collections.dgxspark.vllm.plugins.module_utils import _bench
 
 ROOT = Path(__file__).resolve().parents[3]
-SCRIPT = ROOT / "playbooks" / "files" / "dgxspark_bench_serve.py"
+SCRIPT = ROOT / "roles" / "operations" / "files" / "dgxspark_bench_serve.py"
 
 
 driver = load_program(SCRIPT, "dgxspark_bench_serve")
