@@ -150,7 +150,7 @@ def _key(inputs: Mapping[str, Any]) -> tuple[str, dict[str, Any]]:
 class _Kv:
     """Where the KV budget of a render comes from."""
 
-    source: str                      # inventory | off | cache | calibrate | calibrated
+    source: str                      # inventory | off | cache | calibrate | calibrated | unavailable
     bytes: int | None = None
     key: str | None = None
     parts: dict[str, Any] | None = None
@@ -181,6 +181,8 @@ def kv_source_text(kv: Mapping[str, Any], record_path: str) -> str:
         per_node = ", ".join(f'"{k}": {v}' for k, v in sorted((chosen.get("per_node") or {}).items()))
         return (f"calibrated now ({chosen.get('source')}, policy {chosen.get('policy')}, per node {{{per_node}}}), "
                 f"recorded for key {kv.get('key')}")
+    if source == "unavailable":
+        return f"no calibration key: {(kv.get('chosen') or {}).get('reason')}"
     return "sized by vLLM for this start (calibration pending)"
 
 
@@ -202,7 +204,10 @@ class _Resolver:
             return specs, _Kv("inventory", bytes=int(settings["kv_cache_memory_bytes"])), overrides
         if not self.calibration.enabled:
             return specs, _Kv("off"), overrides
-        key, parts = _key(_key_inputs(self.config, self.nodes, specs, settings))
+        try:
+            key, parts = _key(_key_inputs(self.config, self.nodes, specs, settings))
+        except CalibrationError as exc:   # e.g. the serve image is not on a node yet: nothing can start
+            return specs, _Kv("unavailable", chosen={"reason": str(exc)}), overrides
         entry = lookup(self.cache, key)
         # the estimate first: an entry holding both had its budget calibrated and then not fit this max-model-len
         if (may_fit and entry and entry.get("estimated_max_model_len") and "max_model_len" not in overrides):
@@ -367,6 +372,9 @@ def plan(config: Mapping[str, Any], nodes: Mapping[str, Mapping[str, Any]], rend
         specs, kv, overrides = resolver.resolve({}, notes, may_fit=calibration.accept_estimated_max_model_len)
         state.update(overrides=overrides, notes=notes)
         restart, any_exists = _restart(config, nodes, specs)
+        if kv.source == "unavailable":
+            return finish("fail", specs, kv, f"The launch cannot start: {(kv.chosen or {}).get('reason')}.",
+                          any_exists=any_exists)
         # a group that runs the render but has no measured KV budget (a calibration that failed) calibrates again
         if not restart and kv.source != "calibrate":
             return finish("nothing", specs, kv, any_exists=any_exists)

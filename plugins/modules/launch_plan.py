@@ -31,7 +31,7 @@ attributes:
     details: Decides the same way; the KV record is not written.
   diff_mode:
     support: none
-    details: The record's change is reported by RV(changed) only.
+    details: The record's change is reported as changed only.
   idempotent:
     support: partial
     details: The same inputs give the same step; a calibration or a failed fit records its measurement once.

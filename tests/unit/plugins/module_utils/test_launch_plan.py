@@ -660,3 +660,15 @@ def test_the_result_carries_the_step_and_what_the_next_call_needs() -> None:
     assert result["specs"][WORKER]["container"]["command"][-1] == "--headless"
     json.dumps(result)   # a task's result: JSON only
 
+
+
+def test_a_node_without_the_serve_image_cannot_start_and_says_to_stage_it() -> None:
+    cfg = config()
+    bare = node_state(WORKER, running=False, exists=False)
+    bare["identity"]["image_id"] = ""
+    states = nodes(worker=bare)
+    result = run(cfg, states, {"format": 1, "entries": {}})
+    assert (result.step, result.stop_first, result.cache) == ("fail", False, None)
+    assert result.message == (f"The launch cannot start: node '{WORKER}': image_id is empty: the serve image is not "
+                              "on that node (stage it first: --tags image).")
+    assert set(result.specs) == {HEAD, WORKER}   # the render is still there for status to compare
