@@ -57,8 +57,10 @@ def node_state(name: str, config_hash: str | None = None, running: bool = True, 
                image_id: str | None = IMAGE_ID, stamp: dict[str, Any] | None = None) -> dict[str, Any]:
     """One node's vllm_node_state result, read with its name (container absent unless config_hash/exists)."""
     exists = config_hash is not None if exists is None else exists
-    inspect = json.dumps([{"Id": "c0ffee" + name, "State": {"Running": running and exists, "ExitCode": 0 if running
-                                                                  else 137, "StartedAt": "2026-12-01T00:20:00Z"},
+    exit_code = 0 if running else 137
+    inspect = json.dumps([{"Id": "c0ffee" + name,
+                           "State": {"Running": running and exists, "ExitCode": exit_code,
+                                     "StartedAt": "2026-12-01T00:20:00Z"},
                            "Config": {"Labels": {CONFIG_HASH_LABEL: config_hash}}}])
     answers = {
         "container inspect": (0, inspect, "") if exists else (1, "[]", "Error: No such container: vllm_glm53"),

@@ -124,17 +124,20 @@ def test_without_calibration_no_record_is_read_or_needed(tmp_path: Path) -> None
     assert _action(_args(path, calibration={"enabled": False}))["step"] == "start"
 
 
-@pytest.mark.parametrize("states, message", [
-    ({HEAD: "head"}, f"no node state for {WORKER}: read every node with dgxspark.vllm.vllm_node_state (name given) "
-                     "before the plan"),
-    ({HEAD: "head", WORKER: "worker_without_image"}, f"node '{WORKER}': image_id is empty: the serve image is not on "
-                                                     "that node (stage it first: --tags image)"),
-])
-def test_what_cannot_be_planned_fails_with_the_fix(tmp_path: Path, states: dict[str, str], message: str) -> None:
-    built = {HEAD: node_state(HEAD), WORKER: node_state(WORKER, image_id=None)}
-    result = _action(_args(tmp_path / "kv.json", nodes={name: built[name] for name in states}))
+def test_a_missing_node_state_fails_the_plan(tmp_path: Path) -> None:
+    result = _action(_args(tmp_path / "kv.json", nodes={HEAD: node_state(HEAD)}))
     assert result["failed"] is True
-    assert result["msg"] == f"the launch cannot be planned: {message}"
+    assert result["msg"] == (f"the launch cannot be planned: no node state for {WORKER}: read every node with "
+                             "dgxspark.vllm.vllm_node_state (name given) before the plan")
+
+
+def test_a_node_without_the_image_is_a_fail_step_not_a_failed_task(tmp_path: Path) -> None:
+    # the render entry point (status) still gets every node's container; the launch fails on the step itself
+    result = _action(_args(tmp_path / "kv.json", nodes={HEAD: node_state(HEAD), WORKER: node_state(WORKER, image_id=None)}))
+    assert "failed" not in result
+    assert (result["step"], set(result["specs"])) == ("fail", {HEAD, WORKER})
+    assert result["message"] == (f"The launch cannot start: node '{WORKER}': image_id is empty: the serve image is not "
+                                 "on that node (stage it first: --tags image).")
 
 
 def test_a_bad_profile_fails_the_plan(tmp_path: Path) -> None:

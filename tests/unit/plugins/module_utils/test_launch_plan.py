@@ -493,8 +493,8 @@ def test_accepting_the_estimate_recalibrates_at_the_fit_then_serves_with_a_note(
 
     start = run(cfg, states, refit.cache, refit, good_start(*AUTO), accept_estimated_max_model_len=True)
     assert (start.step, start.state["attempt"]) == ("start", 3)
-    assert (flag(start, "--max-model-len"), flag(start, "--kv-cache-memory-bytes")) == (str(ESTIMATE),
-                                                                                      str(int(1.21 * GIB)))
+    assert (flag(start, "--max-model-len"), flag(start, "--kv-cache-memory-bytes")) == (
+        str(ESTIMATE), str(int(1.21 * GIB)))
     assert lookup(start.cache or {}, new_key)["kv_cache_memory_bytes"] == int(1.21 * GIB)   # type: ignore[index]
     done = run(cfg, states, start.cache, start, good_start(*READY), accept_estimated_max_model_len=True)
     assert done.step == "done"
@@ -659,7 +659,6 @@ def test_the_result_carries_the_step_and_what_the_next_call_needs() -> None:
     assert set(result["specs"]) == {HEAD, WORKER}
     assert result["specs"][WORKER]["container"]["command"][-1] == "--headless"
     json.dumps(result)   # a task's result: JSON only
-
 
 
 def test_a_node_without_the_serve_image_cannot_start_and_says_to_stage_it() -> None:

@@ -46,8 +46,8 @@ def detected(**given: Any) -> dict[str, Any]:
     (inventory(), detected(ib_hca="rocep1s0f1", gid_index=""), True),     # "" is unset
     (inventory(), detected(ib_hca="rocep1s0f1"), True),
 ])
-def test_sysfs_is_read_unless_preflight_or_the_inventory_gave_the_rdma_facts(inv: dict[str, Any],
-                                                                            det: dict[str, Any], wanted: bool) -> None:
+def test_sysfs_is_read_unless_preflight_or_the_inventory_gave_the_rdma_facts(
+        inv: dict[str, Any], det: dict[str, Any], wanted: bool) -> None:
     assert wants_rdma(inv, det) is wanted
 
 
