@@ -1,0 +1,140 @@
+# Copyright: Contributors to the dgxspark.vllm collection
+# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
+"""Who may reach which port of a node: the nftables ruleset the collection applies, as text.
+
+Private module: may change at any time. Pure functions, no I/O and no Ansible imports.
+
+The recipe serves with ``--network host`` on ``0.0.0.0:<port>``, and the ranks talk over the master port and the
+ephemeral ports gloo and NCCL open on the CX7 link. The ruleset (one table of its own, ``inet dgxspark``, so that
+nothing else on the node is touched and removing it is one command) says:
+
+- the API port only from ``api_cidrs`` (default: the management networks of the inventory's nodes) and from the
+  node itself;
+- everything arriving on the CX7 interface only from the other nodes' CX7 IPs (the master port, gloo, NCCL);
+- the master port from nowhere else (not from the management LAN).
+
+Everything else keeps the node's own policy: the table's chain accepts what it does not name, so SSH and the
+node's other services are not this collection's business. The text replaces the table atomically: ``nft -f``
+applies a file as one transaction, and the file first creates the table (a no-op when it exists), deletes it,
+then defines it again.
+"""
+from __future__ import annotations
+
+import ipaddress
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+TABLE = "dgxspark"
+"""The collection's own nftables table (family inet)."""
+
+_IFACE = re.compile(r"^[A-Za-z0-9_.:@-]{1,15}$")
+
+
+class FirewallError(ValueError):
+    """Inputs that cannot make a ruleset; the message names the variable to fix."""
+
+
+@dataclass(frozen=True)
+class Rules:
+    """What one node's ruleset allows."""
+
+    cx7_iface: str
+    peers: tuple[str, ...]          # the other nodes' CX7 IPs
+    api_port: int
+    master_port: int
+    api_cidrs: tuple[str, ...]      # networks the API answers (IPv4 and IPv6)
+
+
+def _network(where: str, value: str) -> ipaddress.IPv4Network | ipaddress.IPv6Network:
+    try:
+        return ipaddress.ip_network(str(value).strip(), strict=False)
+    except ValueError as exc:
+        raise FirewallError(f"{where}: {value!r} is not an address or a network (e.g. 192.168.1.0/24)") from exc
+
+
+def api_cidrs(given: Sequence[str] | None, management_networks: Sequence[str]) -> tuple[str, ...]:
+    """The networks the API answers: the given ones (dgxspark_vllm_api_allowed_cidrs), else the nodes' management
+    networks. Normalised (host bits cleared), deduplicated, in order."""
+    source = "dgxspark_vllm_api_allowed_cidrs"
+    values = list(given) if given else list(management_networks)
+    if not given:
+        source = "the management networks of the nodes"
+    if not values:
+        raise FirewallError("dgxspark_vllm_api_allowed_cidrs is empty and no node's management network is known: "
+                            "name the networks that may use the API (e.g. dgxspark_vllm_api_allowed_cidrs: "
+                            "[192.168.1.0/24])")
+    out: list[str] = []
+    for value in values:
+        text = str(_network(source, value))
+        if text not in out:
+            out.append(text)
+    return tuple(out)
+
+
+def rules(cx7_iface: str, own_cx7_ip: str, cx7_ips: Sequence[str], api_port: int, master_port: int,
+          cidrs: Sequence[str]) -> Rules:
+    """One node's rules; raises FirewallError naming what is wrong."""
+    if not isinstance(cx7_iface, str) or not _IFACE.match(cx7_iface):
+        raise FirewallError(f"the CX7 interface {cx7_iface!r} is not an interface name")
+    for name, port in (("dgxspark_vllm_port", api_port), ("dgxspark_vllm_master_port", master_port)):
+        if isinstance(port, bool) or not isinstance(port, int) or not 1 <= port <= 65535:
+            raise FirewallError(f"{name} must be a port number (1-65535), got {port!r}")
+    if api_port == master_port:
+        raise FirewallError(f"dgxspark_vllm_port and dgxspark_vllm_master_port are both {api_port}")
+    own = str(ipaddress.ip_address(own_cx7_ip))
+    peers: list[str] = []
+    for ip in cx7_ips:
+        text = str(_network("dgxspark_vllm_cx7_ip", ip).network_address)
+        if text != own and text not in peers:
+            peers.append(text)
+    if not peers:
+        raise FirewallError(f"no other node's CX7 IP besides {own}: the ranks could not reach each other")
+    for cidr in cidrs:
+        _network("dgxspark_vllm_api_allowed_cidrs", cidr)
+    return Rules(cx7_iface, tuple(peers), api_port, master_port, tuple(cidrs))
+
+
+def _elements(values: Sequence[str]) -> str:
+    return ", ".join(values)
+
+
+def ruleset(r: Rules, table: str = TABLE) -> str:
+    """The nftables file that replaces the table with r, in one transaction."""
+    v4 = [c for c in r.api_cidrs if ipaddress.ip_network(c).version == 4]
+    v6 = [c for c in r.api_cidrs if ipaddress.ip_network(c).version == 6]
+    peers4 = [p for p in r.peers if ipaddress.ip_address(p).version == 4]
+    peers6 = [p for p in r.peers if ipaddress.ip_address(p).version == 6]
+    lines = [
+        "# Written by the dgxspark.vllm collection (role firewall): who may reach the serve ports of this node.",
+        f"table inet {table}",
+        f"delete table inet {table}",
+        f"table inet {table} {{",
+    ]
+    for name, kind, values, interval in (("api_allowed4", "ipv4_addr", v4, True), ("api_allowed6", "ipv6_addr", v6, True),
+                                         ("cx7_peers4", "ipv4_addr", peers4, False),
+                                         ("cx7_peers6", "ipv6_addr", peers6, False)):
+        lines.append(f"  set {name} {{")
+        lines.append(f"    type {kind}")
+        if interval:
+            lines.append("    flags interval")
+        if values:
+            lines.append(f"    elements = {{ {_elements(values)} }}")
+        lines.append("  }")
+    lines += [
+        "  chain input {",
+        "    type filter hook input priority filter - 10; policy accept;",
+        '    iifname "lo" accept',
+        f'    iifname "{r.cx7_iface}" ip saddr @cx7_peers4 accept comment "the other ranks"',
+        f'    iifname "{r.cx7_iface}" ip6 saddr @cx7_peers6 accept comment "the other ranks"',
+        f'    iifname "{r.cx7_iface}" ct state established,related accept comment "answers to this node"',
+        f'    iifname "{r.cx7_iface}" icmpv6 type {{ nd-neighbor-solicit, nd-neighbor-advert }} accept',
+        f'    iifname "{r.cx7_iface}" counter drop comment "nothing else on the CX7 link"',
+        f'    tcp dport {r.api_port} ip saddr @api_allowed4 accept comment "the API"',
+        f'    tcp dport {r.api_port} ip6 saddr @api_allowed6 accept comment "the API"',
+        f'    tcp dport {{ {r.api_port}, {r.master_port} }} counter reject with tcp reset '
+        'comment "the API from elsewhere, the master port off the CX7 link"',
+        "  }",
+        "}",
+    ]
+    return "\n".join(lines) + "\n"

@@ -1,0 +1,100 @@
+# Copyright: Contributors to the dgxspark.vllm collection
+# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
+"""The firewall ruleset: who may reach the API, the master port and the CX7 link (plugins/module_utils/_firewall.py)."""
+from __future__ import annotations
+
+import shutil
+import subprocess
+
+import pytest
+
+from ansible_collections.dgxspark.vllm.plugins.module_utils._firewall import FirewallError, api_cidrs, rules, ruleset
+
+LAB = dict(cx7_iface="enp1s0f1np1", own_cx7_ip="10.77.1.11", cx7_ips=["10.77.1.11", "10.77.1.12"], api_port=8000,
+           master_port=29521, cidrs=("10.77.0.0/24",))
+
+
+@pytest.mark.parametrize("given, management, expected", [
+    (None, ["10.77.0.11/24", "10.77.0.12/24"], ("10.77.0.0/24",)),          # the nodes' network, once
+    ([], ["192.168.1.20/23"], ("192.168.0.0/23",)),                          # host bits cleared
+    (["10.0.0.5", "10.1.0.0/16", "10.0.0.5/32"], ["10.77.0.11/24"], ("10.0.0.5/32", "10.1.0.0/16")),  # given wins
+    (["fd00::/64"], [], ("fd00::/64",)),
+])
+def test_the_api_answers_the_given_networks_else_the_management_networks(given, management, expected):
+    assert api_cidrs(given, management) == expected
+
+
+@pytest.mark.parametrize("given, management, message", [
+    (None, [], "dgxspark_vllm_api_allowed_cidrs is empty and no node's management network is known"),
+    (["10.0.0.0/33"], [], "dgxspark_vllm_api_allowed_cidrs: '10.0.0.0/33' is not an address or a network"),
+    (None, ["lab-head"], "the management networks of the nodes: 'lab-head' is not an address or a network"),
+])
+def test_bad_networks_are_refused_naming_the_variable(given, management, message):
+    with pytest.raises(FirewallError, match="^" + message.replace("(", r"\(").replace(")", r"\)")):
+        api_cidrs(given, management)
+
+
+def test_the_peers_are_the_other_nodes_cx7_ips():
+    r = rules(**dict(LAB, cx7_ips=["10.77.1.11", "10.77.1.12", "10.77.1.13", "10.77.1.12"]))
+    assert r.peers == ("10.77.1.12", "10.77.1.13")
+
+
+@pytest.mark.parametrize("change, message", [
+    ({"cx7_iface": "eth0; drop"}, "the CX7 interface 'eth0; drop' is not an interface name"),
+    ({"cx7_iface": "a" * 16}, "is not an interface name"),
+    ({"api_port": 0}, "dgxspark_vllm_port must be a port number (1-65535), got 0"),
+    ({"master_port": True}, "dgxspark_vllm_master_port must be a port number (1-65535), got True"),
+    ({"master_port": 8000}, "dgxspark_vllm_port and dgxspark_vllm_master_port are both 8000"),
+    ({"cx7_ips": ["10.77.1.11"]}, "no other node's CX7 IP besides 10.77.1.11"),
+    ({"cidrs": ("nowhere",)}, "dgxspark_vllm_api_allowed_cidrs: 'nowhere' is not an address"),
+])
+def test_what_cannot_make_rules_is_refused(change, message):
+    with pytest.raises(FirewallError) as info:
+        rules(**dict(LAB, **change))
+    assert message in str(info.value)
+
+
+def test_the_ruleset_replaces_its_own_table_and_names_every_rule():
+    text = ruleset(rules(**LAB))
+    lines = [line.strip() for line in text.splitlines()]
+    # created (a no-op when it exists), deleted, defined again: one transaction under nft -f
+    assert lines[1:4] == ["table inet dgxspark", "delete table inet dgxspark", "table inet dgxspark {"]
+    assert "elements = { 10.77.0.0/24 }" in lines and "elements = { 10.77.1.12 }" in lines
+    chain = lines[lines.index("chain input {") + 1:]
+    assert chain[:8] == [
+        "type filter hook input priority filter - 10; policy accept;",
+        'iifname "lo" accept',
+        'iifname "enp1s0f1np1" ip saddr @cx7_peers4 accept comment "the other ranks"',
+        'iifname "enp1s0f1np1" ip6 saddr @cx7_peers6 accept comment "the other ranks"',
+        'iifname "enp1s0f1np1" ct state established,related accept comment "answers to this node"',
+        'iifname "enp1s0f1np1" icmpv6 type { nd-neighbor-solicit, nd-neighbor-advert } accept',
+        'iifname "enp1s0f1np1" counter drop comment "nothing else on the CX7 link"',
+        'tcp dport 8000 ip saddr @api_allowed4 accept comment "the API"',
+    ]
+    assert ('tcp dport { 8000, 29521 } counter reject with tcp reset comment "the API from elsewhere, the master port '
+            'off the CX7 link"') in chain
+
+
+def test_ipv6_networks_and_peers_go_to_their_own_sets():
+    text = ruleset(rules(**dict(LAB, cidrs=("10.77.0.0/24", "fd00::/64"), own_cx7_ip="fd01::1",
+                                cx7_ips=["fd01::1", "fd01::2"])))
+    sets = text.split("chain input")[0]
+    assert "set api_allowed6 {\n    type ipv6_addr\n    flags interval\n    elements = { fd00::/64 }" in sets
+    assert "set cx7_peers6 {\n    type ipv6_addr\n    elements = { fd01::2 }" in sets
+    assert "set cx7_peers4 {\n    type ipv4_addr\n  }" in sets       # an empty set has no elements line
+
+
+def _nft_check(text: str) -> subprocess.CompletedProcess:
+    return subprocess.run(["unshare", "-rn", "nft", "-c", "-f", "-"], input=text, capture_output=True, text=True,
+                          check=False)
+
+
+@pytest.mark.skipif(not shutil.which("nft") or not shutil.which("unshare"), reason="nft or unshare not installed")
+def test_nft_accepts_the_ruleset_and_refuses_a_broken_one():
+    # nft's own parser, in a private network namespace (nothing on this machine is touched)
+    ok = _nft_check(ruleset(rules(**dict(LAB, cidrs=("10.77.0.0/24", "fd00::/64")))))
+    if "Operation not permitted" in ok.stderr:
+        pytest.skip("no user namespaces here: " + ok.stderr.strip())
+    assert ok.returncode == 0, ok.stderr
+    broken = _nft_check(ruleset(rules(**LAB)).replace("reject with tcp reset", "reject with tcp rst"))
+    assert broken.returncode != 0
