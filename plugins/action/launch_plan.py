@@ -15,6 +15,7 @@ from typing import Any
 from ansible_collections.dgxspark.vllm.plugins.module_utils._kv_calibration import CalibrationError, dump_cache, load_cache
 from ansible_collections.dgxspark.vllm.plugins.module_utils._kv_calibration_task import read_text, write_text
 from ansible_collections.dgxspark.vllm.plugins.module_utils._launch_plan import (
+    ARGUMENT_SPEC,
     Calibration,
     PlanError,
     described_nodes,
@@ -25,24 +26,6 @@ from ansible_collections.dgxspark.vllm.plugins.module_utils._serve_spec import S
 from ansible_collections.dgxspark.vllm.plugins.plugin_utils._controller_action import (
     ControllerAction,
     ControllerTaskError,
-)
-
-ARGUMENT_SPEC: dict[str, Any] = dict(
-    config=dict(type="dict", required=True),
-    nodes=dict(type="dict", required=True),
-    api_key=dict(type="str", no_log=True),
-    calibration=dict(type="dict", default={}, options=dict(
-        enabled=dict(type="bool", default=True),
-        path=dict(type="path"),
-        policy=dict(type="str", choices=["requested", "full"], default="requested"),
-        margin_bytes=dict(type="int", default=0),
-        default_block_size=dict(type="int", default=16),
-        accept_estimated_max_model_len=dict(type="bool", default=False),
-    )),
-    previous=dict(type="dict"),
-    observed=dict(type="dict"),
-    metrics=dict(type="dict"),
-    diagnosis_lines=dict(type="int", default=30),
 )
 
 

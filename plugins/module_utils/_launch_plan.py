@@ -56,6 +56,26 @@ STAGES: dict[str, str] = {
 FLUSH_NOT_INSTALLED = "Could not find the requested service"
 
 
+# The launch_plan task's arguments (the action plugin validates with it; the module's documentation stub declares it).
+ARGUMENT_SPEC: dict[str, Any] = dict(
+    config=dict(type="dict", required=True),
+    nodes=dict(type="dict", required=True),
+    api_key=dict(type="str", no_log=True),
+    calibration=dict(type="dict", default={}, options=dict(
+        enabled=dict(type="bool", default=True),
+        path=dict(type="path"),
+        policy=dict(type="str", choices=["requested", "full"], default="requested"),
+        margin_bytes=dict(type="int", default=0),
+        default_block_size=dict(type="int", default=16),
+        accept_estimated_max_model_len=dict(type="bool", default=False),
+    )),
+    previous=dict(type="dict"),
+    observed=dict(type="dict"),
+    metrics=dict(type="dict"),
+    diagnosis_lines=dict(type="int", default=30),
+)
+
+
 class PlanError(ValueError):
     """Inputs the plan cannot work from (a programming or wiring error, not a failed launch)."""
 

@@ -156,26 +156,12 @@ state:
 
 from ansible.module_utils.basic import AnsibleModule
 
+from ansible_collections.dgxspark.vllm.plugins.module_utils._launch_plan import ARGUMENT_SPEC
+
 
 def main() -> None:
     module = AnsibleModule(
-        argument_spec=dict(
-            config=dict(type="dict", required=True),
-            nodes=dict(type="dict", required=True),
-            api_key=dict(type="str", no_log=True),
-            calibration=dict(type="dict", default={}, options=dict(
-                enabled=dict(type="bool", default=True),
-                path=dict(type="path"),
-                policy=dict(type="str", choices=["requested", "full"], default="requested"),
-                margin_bytes=dict(type="int", default=0),
-                default_block_size=dict(type="int", default=16),
-                accept_estimated_max_model_len=dict(type="bool", default=False),
-            )),
-            previous=dict(type="dict"),
-            observed=dict(type="dict"),
-            metrics=dict(type="dict"),
-            diagnosis_lines=dict(type="int", default=30),
-        ),
+        argument_spec=ARGUMENT_SPEC,
         supports_check_mode=True,
     )
     module.fail_json(msg="dgxspark.vllm.launch_plan runs on the controller through its action plugin; "
