@@ -14,6 +14,12 @@ LAB = dict(cx7_iface="enp1s0f1np1", own_cx7_ip="10.77.1.11", cx7_ips=["10.77.1.1
            master_port=29521, cidrs=("10.77.0.0/24",))
 
 
+def _rules(**change):
+    params = dict(LAB)
+    params.update(change)
+    return rules(**params)
+
+
 @pytest.mark.parametrize("given, management, expected", [
     (None, ["10.77.0.11/24", "10.77.0.12/24"], ("10.77.0.0/24",)),          # the nodes' network, once
     ([], ["192.168.1.20/23"], ("192.168.0.0/23",)),                          # host bits cleared
@@ -35,7 +41,7 @@ def test_bad_networks_are_refused_naming_the_variable(given, management, message
 
 
 def test_the_peers_are_the_other_nodes_cx7_ips():
-    r = rules(**dict(LAB, cx7_ips=["10.77.1.11", "10.77.1.12", "10.77.1.13", "10.77.1.12"]))
+    r = _rules(cx7_ips=["10.77.1.11", "10.77.1.12", "10.77.1.13", "10.77.1.12"])
     assert r.peers == ("10.77.1.12", "10.77.1.13")
 
 
@@ -50,7 +56,7 @@ def test_the_peers_are_the_other_nodes_cx7_ips():
 ])
 def test_what_cannot_make_rules_is_refused(change, message):
     with pytest.raises(FirewallError) as info:
-        rules(**dict(LAB, **change))
+        _rules(**change)
     assert message in str(info.value)
 
 
@@ -76,9 +82,8 @@ def test_the_ruleset_replaces_its_own_table_and_names_every_rule():
 
 
 def test_ipv6_networks_and_peers_go_to_their_own_sets():
-    text = ruleset(rules(**dict(LAB, cidrs=("10.77.0.0/24", "fd00::/64"), own_cx7_ip="fd01::1",
-                                cx7_ips=["fd01::1", "fd01::2"])))
-    sets = text.split("chain input")[0]
+    text = ruleset(_rules(cidrs=("10.77.0.0/24", "fd00::/64"), own_cx7_ip="fd01::1", cx7_ips=["fd01::1", "fd01::2"]))
+    sets = text.split("chain input", maxsplit=1)[0]
     assert "set api_allowed6 {\n    type ipv6_addr\n    flags interval\n    elements = { fd00::/64 }" in sets
     assert "set cx7_peers6 {\n    type ipv6_addr\n    elements = { fd01::2 }" in sets
     assert "set cx7_peers4 {\n    type ipv4_addr\n  }" in sets       # an empty set has no elements line
@@ -92,7 +97,7 @@ def _nft_check(text: str) -> subprocess.CompletedProcess:
 @pytest.mark.skipif(not shutil.which("nft") or not shutil.which("unshare"), reason="nft or unshare not installed")
 def test_nft_accepts_the_ruleset_and_refuses_a_broken_one():
     # nft's own parser, in a private network namespace (nothing on this machine is touched)
-    ok = _nft_check(ruleset(rules(**dict(LAB, cidrs=("10.77.0.0/24", "fd00::/64")))))
+    ok = _nft_check(ruleset(_rules(cidrs=("10.77.0.0/24", "fd00::/64"))))
     if "Operation not permitted" in ok.stderr:
         pytest.skip("no user namespaces here: " + ok.stderr.strip())
     assert ok.returncode == 0, ok.stderr
