@@ -8,12 +8,15 @@ touches a node.
 """
 from __future__ import annotations
 
-import os
 import time
 from typing import Any
 
 from ansible_collections.dgxspark.vllm.plugins.module_utils._kv_calibration import CalibrationError, dump_cache, load_cache
-from ansible_collections.dgxspark.vllm.plugins.module_utils._kv_calibration_task import read_text, write_text
+from ansible_collections.dgxspark.vllm.plugins.module_utils._kv_calibration_task import (
+    missing_directory,
+    read_text,
+    write_text,
+)
 from ansible_collections.dgxspark.vllm.plugins.module_utils._launch_plan import (
     ARGUMENT_SPEC,
     Calibration,
@@ -42,9 +45,9 @@ class ActionModule(ControllerAction):
                                   default_block_size=c["default_block_size"],
                                   accept_estimated_max_model_len=c["accept_estimated_max_model_len"],
                                   record_path=path or "the KV record")
-        if c["enabled"] and not os.path.isdir(os.path.dirname(os.path.abspath(path))):
-            raise ControllerTaskError(f"the directory of the KV calibration file {path} does not exist: create it or "
-                                      "set launch_kv_calibration_file to a path in an existing directory")
+        problem = missing_directory(path) if c["enabled"] else None
+        if problem:
+            raise ControllerTaskError(problem)
         api_key = params["api_key"] or None
         try:
             profile = profile_from_data(config["profile"])

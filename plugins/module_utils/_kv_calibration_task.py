@@ -81,12 +81,20 @@ def write_text(path: str, text: str) -> None:
         raise
 
 
+def missing_directory(path: str) -> str | None:
+    """What is wrong when the record's directory does not exist (None: it does), checked before anything starts."""
+    if os.path.isdir(os.path.dirname(os.path.abspath(path))):
+        return None
+    return (f"the directory of the KV calibration file {path} does not exist: create it or set "
+            "launch_kv_calibration_file to a path in an existing directory")
+
+
 def run(p: Mapping[str, Any], check_mode: bool, diff: bool) -> dict[str, Any]:
     """Look up (or record) the entry of the key p describes; the task's result, or CalibrationTaskError."""
     path = p["path"]
-    if not os.path.isdir(os.path.dirname(os.path.abspath(path))):
-        raise CalibrationTaskError(f"the directory of the KV calibration file {path} does not exist: create it or set "
-                                   "launch_kv_calibration_file to a path in an existing directory")
+    problem = missing_directory(path)
+    if problem:
+        raise CalibrationTaskError(problem)
     try:
         parts = key_parts(p["command"], p["model_path"], p["model_revision"], p["nodes"])
         key = cache_key(parts)
