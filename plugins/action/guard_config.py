@@ -6,9 +6,16 @@ Runs in the controller's process and never touches a node (module_utils/_guard.p
 """
 from __future__ import annotations
 
+import os
 from typing import Any
 
-from ansible_collections.dgxspark.vllm.plugins.module_utils._guard import GuardConfigError, build_document, ssh_alias
+from ansible_collections.dgxspark.vllm.plugins.module_utils._guard import (
+    GuardConfigError,
+    build_document,
+    install_current,
+    install_fingerprint,
+    ssh_alias,
+)
 from ansible_collections.dgxspark.vllm.plugins.module_utils._profiles import plain
 from ansible_collections.dgxspark.vllm.plugins.plugin_utils._controller_action import (
     ControllerAction,
@@ -20,6 +27,10 @@ ARGUMENT_SPEC: dict[str, Any] = dict(
     tunables=dict(type="dict", default={}),
     state_path=dict(type="path", default="/var/lib/dgxspark-guard/state.json"),
     maintenance_path=dict(type="path", default="/run/dgxspark/guard-maintenance.json"),
+    payload=dict(type="list", elements="path", default=[]),
+    module_utils=dict(type="list", elements="str", default=[]),
+    install=dict(type="dict", default={}),
+    installed=dict(type="str"),
 )
 
 
@@ -38,8 +49,24 @@ class ActionModule(ControllerAction):
                                       params["maintenance_path"])
         except GuardConfigError as exc:
             raise ControllerTaskError(f"the group guard cannot be configured: {exc}", problems=exc.problems) from exc
+        if params["payload"] or params["module_utils"] or params["install"]:
+            here = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "module_utils")
+            files = params["payload"] + [os.path.join(here, name) for name in params["module_utils"]]
+            document["_install"] = install_fingerprint(plain(params["install"]), self._payload(files))
         workers = [{"name": host, "alias": ssh_alias(host), "address": addresses[host]} for host in addresses]
-        return {"changed": False, "document": document, "workers": workers}
+        return {"changed": False, "document": document, "workers": workers,
+                "current": install_current(params["installed"], document)}
+
+    @staticmethod
+    def _payload(paths: list[str]) -> dict[str, bytes]:
+        files: dict[str, bytes] = {}
+        for path in paths:
+            try:
+                with open(path, "rb") as handle:
+                    files[path.rsplit("/", 1)[-1]] = handle.read()
+            except OSError as exc:
+                raise ControllerTaskError(f"the group guard's file {path} cannot be read: {exc.strerror}") from exc
+        return files
 
     def run(self, tmp: Any = None, task_vars: dict[str, Any] | None = None) -> dict[str, Any]:
         self._task_vars = task_vars or {}

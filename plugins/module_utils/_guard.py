@@ -12,6 +12,7 @@ same after a reboot.
 """
 from __future__ import annotations
 
+import hashlib
 import json
 import time
 from dataclasses import asdict, dataclass, field
@@ -450,6 +451,26 @@ def build_document(cluster: dict[str, Any], addresses: dict[str, str], tunables:
     doc.update({key: value for key, value in tunables.items() if value is not None})
     parse_config(doc)
     return doc
+
+
+def install_fingerprint(settings: dict[str, Any], files: dict[str, bytes]) -> str:
+    """A digest of everything the guard's install puts on the head besides its configuration: the settings that
+    shape the unit and the paths (``settings``) and the bytes of each installed file (``files``, by name)."""
+    digest = hashlib.sha256(json.dumps(settings, sort_keys=True, default=str).encode())
+    for name in sorted(files):
+        digest.update(b"\0" + name.encode() + b"\0" + hashlib.sha256(files[name]).digest())
+    return digest.hexdigest()
+
+
+def install_current(installed_text: str | None, document: dict[str, Any]) -> bool:
+    """Whether the head's installed configuration (its file's text, None when absent) is ``document``: with the
+    fingerprint in its ``_install`` key, the same program, module_utils, unit and settings too."""
+    if not installed_text or "_install" not in document:
+        return False
+    try:
+        return bool(json.loads(installed_text) == document)
+    except ValueError:
+        return False
 
 
 def iso(epoch: float) -> str:

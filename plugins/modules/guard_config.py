@@ -49,6 +49,31 @@ options:
     description: The maintenance lock on the head (under /run, so a reboot clears it).
     type: path
     default: /run/dgxspark/guard-maintenance.json
+  payload:
+    description:
+      - The files the guard's install copies to the head (its program, the module_utils it imports, its unit's
+        template); their bytes count in the fingerprint the document carries as C(_install).
+    type: list
+    elements: path
+    default: []
+  module_utils:
+    description:
+      - The collection's module_utils the guard imports (file names in C(plugins/module_utils)); their bytes count in
+        the fingerprint too.
+    type: list
+    elements: str
+    default: []
+  install:
+    description:
+      - The settings that shape the install besides the document (paths, the Python, the unit's name); they count in
+        the fingerprint too.
+    type: dict
+    default: {}
+  installed:
+    description:
+      - The text of the configuration installed on the head now (absent when there is none). RV(current) says whether
+        it is the document, fingerprint included.
+    type: str
 """
 
 EXAMPLES = r"""
@@ -73,6 +98,13 @@ workers:
   type: list
   elements: dict
   sample: [{"name": "spark-b", "alias": "dgxspark-guard-spark-b", "address": "192.168.1.12"}]
+current:
+  description:
+    - Whether O(installed) is this document, C(_install) fingerprint included - the same configuration, program,
+      module_utils, unit and settings are on the head already.
+  returned: success
+  type: bool
+  sample: true
 problems:
   description: Every problem found, when the document cannot be used.
   returned: failure

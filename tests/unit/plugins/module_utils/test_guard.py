@@ -583,3 +583,36 @@ def test_judge_probe_busy_when_the_counters_move():
     assert state.failing_since == NOW + 20
     assert G.judge_probe(state, NOW + 30, False, False, "GET /health: 503", 999.0) == "failing"   # /health decides
     assert state.failing_since == NOW + 20
+
+
+# ------------------------------------------------------------------------------- install_fingerprint / _current
+FILES = {"dgxspark_group_guard.py": b"print('guard')\n", "_guard.py": b"X = 1\n"}
+SETTINGS = {"python": "/usr/bin/python3", "lib_dir": "/usr/local/lib/dgxspark-guard"}
+
+
+def _installed(document: dict) -> str:
+    """The configuration file's text as the guard role writes it (to_nice_json, indent 2)."""
+    return json.dumps(document, indent=2, sort_keys=True) + "\n"
+
+
+def test_install_fingerprint_is_stable_and_follows_every_input():
+    base = G.install_fingerprint(SETTINGS, FILES)
+    assert base == G.install_fingerprint(dict(reversed(list(SETTINGS.items()))), dict(reversed(list(FILES.items()))))
+    assert base != G.install_fingerprint(SETTINGS, dict(FILES, **{"_guard.py": b"X = 2\n"}))       # a file's bytes
+    assert base != G.install_fingerprint(SETTINGS, {"_guard.py": FILES["_guard.py"]})              # a file fewer
+    assert base != G.install_fingerprint(SETTINGS, {"other.py": FILES["_guard.py"],
+                                                    "dgxspark_group_guard.py": FILES["dgxspark_group_guard.py"]})
+    assert base != G.install_fingerprint(dict(SETTINGS, python="/opt/python3"), FILES)             # a setting
+
+
+def test_install_current_only_for_the_same_document_and_fingerprint():
+    document = G.build_document(CLUSTER, ADDRESSES, {"grace_seconds": 30}, "/s.json", "/m.json")
+    document["_install"] = G.install_fingerprint(SETTINGS, FILES)
+    assert G.install_current(_installed(document), document)
+    assert not G.install_current(_installed(dict(document, grace_seconds=60)), document)        # a tunable changed
+    assert not G.install_current(_installed(dict(document, _install="0" * 64)), document)      # a program changed
+    assert not G.install_current(None, document)                                                # nothing installed
+    assert not G.install_current("", document)
+    assert not G.install_current("{not json", document)
+    plain_document = {key: value for key, value in document.items() if key != "_install"}
+    assert not G.install_current(_installed(plain_document), plain_document)   # no fingerprint: never skip the install
