@@ -211,12 +211,41 @@ def test_follow_flags(tmp_path, capsys):
 
 
 def _render_role_config(overrides=None) -> str:
+    """The role's JSON template as ansible.builtin.template renders it (trim_blocks on, trailing newline kept)."""
     defaults = yaml.safe_load((ROLE / "defaults" / "main.yml").read_text(encoding="utf-8"))
     defaults.update(overrides or {})
-    env = jinja2.Environment(undefined=jinja2.StrictUndefined, keep_trailing_newline=True)
-    env.filters["to_nice_json"] = lambda value, indent=4: json.dumps(value, indent=indent, sort_keys=True)
-    env.filters["combine"] = lambda base, *more: {key: value for item in (base,) + more for key, value in item.items()}
+    env = jinja2.Environment(undefined=jinja2.StrictUndefined, keep_trailing_newline=True, trim_blocks=True)
+    env.filters["to_json"] = json.dumps
     return env.from_string((ROLE / "templates" / "cache-flush.json.j2").read_text(encoding="utf-8")).render(**defaults)
+
+
+def _config_as_written(config: dict) -> str:
+    """A configuration as the role has always written it: sorted keys, two-space indent, ASCII, a final newline."""
+    return json.dumps(config, indent=2, sort_keys=True, separators=(",", ": ")) + "\n"
+
+
+ROLE_CONFIG = {
+    "_comment": "Managed by Ansible (role dgxspark.vllm.cache_flush): local changes are overwritten. "
+                "Bytes are plain integers.",
+    "action": "log", "container_name": "vllm_glm53", "docker_bin": "/usr/bin/docker",
+    "drop_caches_path": "/proc/sys/vm/drop_caches", "floor_bytes": 8589934592, "interval_seconds": 5,
+    "meminfo_path": "/proc/meminfo", "threshold_bytes": 40000000000,
+}
+
+
+@pytest.mark.parametrize(("overrides", "changed"), [
+    ({}, {}),
+    ({"__cache_flush_follow": False}, {}),
+    ({"__cache_flush_follow": True}, {"follow_container": "vllm_glm53", "follow_seconds": 3600}),
+    ({"__cache_flush_follow": True, "cache_flush_follow_seconds": 1800.0, "cache_flush_interval_seconds": "7",
+      "cache_flush_threshold_bytes": 4.0e10, "cache_flush_container_name": 'vllm "\u00fc" \\ x',
+      "cache_flush_watchdog_action": "stop_container"},
+     {"follow_container": 'vllm "\u00fc" \\ x', "follow_seconds": 1800, "interval_seconds": 7,
+      "container_name": 'vllm "\u00fc" \\ x', "action": "stop_container"}),
+])
+def test_role_config_template_writes_the_same_file(overrides, changed):
+    """Byte for byte the file of the former to_nice_json template: same keys, values and types, no needless change."""
+    assert _render_role_config(overrides) == _config_as_written({**ROLE_CONFIG, **changed})
 
 
 def test_role_config_template_is_what_the_program_reads(tmp_path):
