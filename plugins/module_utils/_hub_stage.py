@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from ansible_collections.dgxspark.vllm.plugins.module_utils import _manifest as mf
+from ansible_collections.dgxspark.vllm.plugins.module_utils._units import human_bytes
 
 PART_SUFFIX = ".dgxspark-part"
 DISK_MARGIN_BYTES = 1 << 30
@@ -129,10 +130,22 @@ class Progress:
                 "bytes_done": self.bytes_done, "bytes_total": self.bytes_total,
                 "rate_bytes_per_s": int(self.bytes_done / elapsed), "elapsed_s": round(elapsed, 1),
                 "updated": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
+        data["summary"] = progress_summary(data)
         tmp = self.path + ".tmp"
         with open(tmp, "w", encoding="utf-8") as handle:
             json.dump(data, handle)
         os.replace(tmp, self.path)
+
+
+def progress_summary(data: dict[str, Any]) -> str:
+    """One line of a download's progress: state, bytes done / total (percent) at the mean rate, files done / total
+    and the file now downloading."""
+    done, total = int(data.get("bytes_done") or 0), int(data.get("bytes_total") or 0)
+    percent = 100.0 * done / max(total, 1)
+    line = (f"{data.get('state', 'resolving')} {human_bytes(done)} / {human_bytes(total)} ({percent:.1f} %) at "
+            f"{human_bytes(int(data.get('rate_bytes_per_s') or 0))}/s, file {data.get('files_done', 0)}/"
+            f"{data.get('files_total', 0)}")
+    return f"{line} {data['file']}" if data.get("file") else line
 
 
 class _CountingFile:

@@ -7,6 +7,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 
 import pytest
 
@@ -69,6 +70,10 @@ def test_download_verify_then_rerun_downloads_nothing(lab, repos, tmp_path):
     assert json.loads((dest / ".dgxspark-stamp.json").read_text())["commit"] == first["commit"]
     done = json.loads(progress.read_text())
     assert done["state"] == "done" and done["bytes_done"] == done["bytes_total"] == first["downloaded_bytes"]
+    # the line the staging prints while it follows the job (roles/cluster/tasks/follow_job.yml)
+    files = len(first["manifest"]["files"])
+    assert re.fullmatch(rf"done (\d+\.\d [kMG]B) / \1 \(100\.0 %\) at \d+(\.\d)? [kMG]?B/s, file {files}/{files}( \S+)?",
+                        done["summary"]), done["summary"]
     served = body_bytes(lab)
     assert served == first["manifest"]["total_bytes"]          # every byte fetched once
     again = run_module(hf_checkpoint.main, args(lab, dest))
@@ -211,3 +216,12 @@ def test_missing_library_message(monkeypatch):
     monkeypatch.setattr(builtins, "__import__", fake_import)
     with pytest.raises(hs.HubLibraryMissingError, match="checkpoint_wheelhouse"):
         hs.import_hub()
+
+
+def test_progress_summary_reads_as_one_line():
+    from ansible_collections.dgxspark.vllm.plugins.module_utils._hub_stage import progress_summary
+    data = {"state": "downloading", "bytes_done": 45_500_000_000, "bytes_total": 91_000_000_000,
+            "rate_bytes_per_s": 1_200_000_000, "files_done": 3, "files_total": 8, "file": "model-00004.safetensors"}
+    assert progress_summary(data) == ("downloading 45.5 GB / 91.0 GB (50.0 %) at 1.2 GB/s, file 3/8 "
+                                      "model-00004.safetensors")
+    assert progress_summary({"state": "resolving"}) == "resolving 0 B / 0 B (0.0 %) at 0 B/s, file 0/0"
