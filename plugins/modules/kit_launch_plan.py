@@ -1,0 +1,225 @@
+#!/usr/bin/python
+# Copyright: Contributors to the dgxspark.vllm collection
+# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+---
+module: kit_launch_plan
+short_description: Decide the EXL3 kit's launch from what the nodes showed
+version_added: 0.3.0
+description:
+  - The decisions of the role C(dgxspark.vllm.kit_launch) (the EXL3 kit's C(./start.sh)) in one place; the role
+    passes what it read on the nodes and carries out the result.
+  - Before the kit is placed (O(passwd), O(group) and O(described) given) - per node, the kit user's home and what
+    is wrong with its account (it does not exist, it is not in the docker group, the worker's HF cache is not where
+    the kit reads it); the one HCA the kit takes per node; the staged repositories; the C(.env)'s extra keys.
+  - After the kit's state is read (O(states) and the kit's settings given) - whether the group must be (re)started
+    and why, the digest of what it should run (kept in the head's record of the last start), the check-mode
+    preview, and C(./start.sh)'s argv, environment (secrets aside) and timing.
+  - Runs on the controller only (an action plugin); it never connects to a node.
+author:
+  - dgxspark.vllm contributors (@dgxspark)
+extends_documentation_fragment:
+  - dgxspark.vllm.attributes
+attributes:
+  check_mode:
+    support: full
+    details: Computes only; the result is the same in check mode.
+  diff_mode:
+    support: none
+    details: Nothing is changed, so there is nothing to diff.
+  idempotent:
+    support: full
+    details: The same inputs always give the same decisions, and nothing is ever changed.
+options:
+  config:
+    description: The resolved cluster configuration, C(dgxspark_vllm_config) (set by M(dgxspark.vllm.cluster_config)).
+    type: dict
+    required: true
+  head:
+    description: The head's inventory name (it runs C(./start.sh) and may keep its HF cache anywhere).
+    type: str
+    required: true
+  worker:
+    description: The worker's inventory name (C(./start.sh) drives it over ssh).
+    type: str
+    required: true
+  kit_env:
+    description: More kit keys by their kit name (the role's C(kit_launch_env)).
+    type: dict
+    default: {}
+  passwd:
+    description: Per inventory name, that node's C(getent_passwd) facts (M(ansible.builtin.getent) of the kit user).
+    type: dict
+  group:
+    description: Per inventory name, that node's C(getent_group) facts (M(ansible.builtin.getent) of C(docker)).
+    type: dict
+  described:
+    description: Per inventory name, the node as the launch role describes it (C(launch_node.node)).
+    type: dict
+  rdma:
+    description:
+      - Per inventory name, that node's M(dgxspark.vllm.rdma_link_info) result (skipped when the inventory names the
+        HCA); a missing or failed read leaves the inventory's or the detected device.
+    type: dict
+    default: {}
+  states:
+    description: Per inventory name, that node's M(dgxspark.vllm.vllm_node_state) result (serve container, image ID).
+    type: dict
+  record:
+    description: The head's M(ansible.builtin.slurp) result of the record of the last start (no C(content) - none).
+    type: dict
+    default: {}
+  git:
+    description: The head's M(ansible.builtin.git) result (its C(after) is the kit commit in place).
+    type: dict
+    default: {}
+  rendered:
+    description: The head's M(dgxspark.vllm.kit_env) result (its C(checksum) and C(unset_in_caller)).
+    type: dict
+    default: {}
+  kit_commit:
+    description: The pinned kit commit (C(kit_launch_commit)); the commit in place when O(git) has no C(after).
+    type: str
+  kit_dir:
+    description: The kit's checkout on the head (C(kit_launch_dir)).
+    type: str
+  log:
+    description: Where C(./start.sh)'s output goes on the head.
+    type: str
+  collection_staged:
+    description: The collection staged the image and the weights; C(./start.sh) then neither pulls nor copies.
+    type: bool
+    default: true
+  budgets:
+    description: Seconds allowed to reach each startup phase (C(kit_launch_budgets)).
+    type: dict
+  poll_interval:
+    description: Seconds between polls (C(kit_launch_poll_interval)).
+    type: int
+  finish_timeout:
+    description: Seconds, after the head serves, for C(./start.sh) to finish (C(kit_launch_finish_timeout)).
+    type: int
+  api_timeout:
+    description: Seconds to wait for the head's C(/v1/models) (C(kit_launch_api_timeout)).
+    type: int
+notes:
+  - O(passwd) needs O(group) and O(described); O(states) needs O(kit_commit), O(kit_dir), O(log), O(budgets),
+    O(poll_interval), O(finish_timeout) and O(api_timeout). At least one of O(passwd) and O(states) is given.
+"""
+
+EXAMPLES = r"""
+- name: Plan the kit's launch before the kit is placed
+  dgxspark.vllm.kit_launch_plan:
+    config: "{{ dgxspark_vllm_config }}"
+    head: "{{ groups['spark_head'][0] }}"
+    worker: "{{ groups['spark_workers'][0] }}"
+    kit_env: "{{ kit_launch_env }}"
+    passwd: "{{ dict(hosts | zip(hosts | map('extract', hostvars, ['ansible_facts', 'getent_passwd']))) }}"
+    group: "{{ dict(hosts | zip(hosts | map('extract', hostvars, ['ansible_facts', 'getent_group']))) }}"
+    described: "{{ dict(hosts | zip(hosts | map('extract', hostvars, ['launch_node', 'node']))) }}"
+  vars:
+    hosts: "{{ ansible_play_hosts }}"
+  register: kit_plan
+  run_once: true
+
+- name: Decide whether the group must be (re)started
+  dgxspark.vllm.kit_launch_plan:
+    config: "{{ dgxspark_vllm_config }}"
+    head: "{{ groups['spark_head'][0] }}"
+    worker: "{{ groups['spark_workers'][0] }}"
+    states: "{{ dict(ansible_play_hosts | zip(ansible_play_hosts | map('extract', hostvars, 'node_state'))) }}"
+    record: "{{ hostvars[groups['spark_head'][0]].kit_record }}"
+    kit_commit: "{{ kit_launch_commit }}"
+    kit_dir: "{{ kit_launch_dir }}"
+    log: "{{ kit_launch_dir }}/logs/dgxspark-start.log"
+    budgets: "{{ kit_launch_budgets }}"
+    poll_interval: 2
+    finish_timeout: 900
+    api_timeout: 120
+  register: kit_decision
+  run_once: true
+"""
+
+RETURN = r"""
+accounts:
+  description: Per inventory name, the kit user's C(home) there and the C(problem) with its account (empty when none).
+  returned: when O(passwd) is given
+  type: dict
+  sample: {"spark-b": {"home": "/home/spark", "problem": ""}}
+nodes:
+  description: Per inventory name, the node as M(dgxspark.vllm.kit_env) takes it (with the one HCA the kit takes).
+  returned: when O(passwd) is given
+  type: dict
+  sample: {"spark-a": {"name": "spark-a", "cx7_ip": "10.77.1.11", "ib_hca": "rocep1s0f1"}}
+repos:
+  description: The staged repositories the kit serves (C(repo), C(revision)) - the checkpoint, then the drafter.
+  returned: when O(passwd) is given
+  type: list
+  elements: dict
+  sample: [{"repo": "brandonmusic/GLM-5.3-Flash-tr3-4bpw", "revision": "main"}]
+env:
+  description:
+    - The C(.env)'s extra keys (O(kit_env), the cluster's GPU memory share and max-model-len, MTP without a drafter).
+  returned: when O(passwd) is given
+  type: dict
+  sample: {"GPU_MEM_UTIL": 0.85, "MAX_MODEL_LEN": 850000}
+wanted:
+  description: The digest of what the group should run (the C(.env), the kit commit, each node's image ID, the user).
+  returned: when O(states) is given
+  type: str
+restart:
+  description: Whether the group must be (re)started.
+  returned: when O(states) is given
+  type: bool
+why:
+  description: Why it is (re)started, or C(unchanged).
+  returned: when O(states) is given
+  type: str
+  sample: a rank is not running
+running:
+  description: Per inventory name whose serve container runs, that container's ID.
+  returned: when O(states) is given
+  type: dict
+kit_commit:
+  description: The kit commit in place (O(git)'s C(after), else O(kit_commit)).
+  returned: when O(states) is given
+  type: str
+preview:
+  description: What a check-mode run would do.
+  returned: when O(states) is given
+  type: str
+  sample: "nothing to start: both ranks run the rendered .env"
+outcome:
+  description: The report's word on the start (C(started (why)) or C(already running, unchanged)).
+  returned: when O(states) is given
+  type: str
+start:
+  description:
+    - C(./start.sh)'s C(argv), its C(env) (secrets aside), the background job's bound C(async_seconds) and the polls
+      of its end C(finish_retries).
+  returned: when O(states) is given
+  type: dict
+api_retries:
+  description: The polls of the head's API (O(api_timeout) over O(poll_interval)).
+  returned: when O(states) is given
+  type: int
+"""
+
+from ansible.module_utils.basic import AnsibleModule
+
+from ansible_collections.dgxspark.vllm.plugins.module_utils._kit_plan import ARGUMENT_SPEC
+
+
+def main() -> None:
+    module = AnsibleModule(
+        argument_spec=ARGUMENT_SPEC,
+        supports_check_mode=True,
+    )
+    module.fail_json(msg="dgxspark.vllm.kit_launch_plan runs on the controller through its action plugin; "
+                         "call it as a task (not through ansible.builtin.command or a module runner)")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,314 @@
+# Copyright: Contributors to the dgxspark.vllm collection
+# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
+"""The EXL3 kit launch's decisions: the kit user's account on each node, the HCA the kit takes, the .env's extra
+keys, the restart decision and its reason, the check-mode preview, start.sh's argv, environment and timing."""
+from __future__ import annotations
+
+import base64
+import json
+from typing import Any
+
+import pytest
+from ansible.plugins.filter.core import get_hash, to_json
+
+from ansible_collections.dgxspark.vllm.plugins.module_utils._kit_plan import (
+    KitPlanError,
+    account_problem,
+    accounts,
+    decide,
+    docker_members,
+    home,
+    images,
+    kit_env,
+    kit_hca,
+    kit_node,
+    last_start,
+    outcome,
+    plan,
+    prepare,
+    preview,
+    repos,
+    restart,
+    running,
+    start_argv,
+    start_env,
+    timing,
+    wanted,
+    why,
+)
+
+HEAD, WORKER = "spark-a", "spark-b"
+USER = "spark"
+PASSWD = [["x", "1000", "1000", "Spark", "/home/spark", "/bin/bash"]]
+CONFIG: dict[str, Any] = {
+    "kit_user": USER, "hf_home": "/home/spark/.cache/huggingface", "container_name": "vllm_glm53", "port": 8888,
+    "model_repo": "brandonmusic/GLM-5.3-Flash-tr3-4bpw", "model_revision": "main",
+    "drafter_repo": "incoai/GLM-5.3-Flash-DFlash2", "drafter_revision": "main",
+    "gpu_memory_utilization": 0.85, "max_model_len": 850000,
+    "nodes": {HEAD: {"cx7_ip": "10.77.1.11"}, WORKER: {"cx7_ip": "10.77.1.12", "ib_hca": ""}},
+}
+BUDGETS = {"container_started": 300, "rendezvous": 300, "weights_loaded": 1800, "kv_allocated": 1800, "api_up": 1800}
+SETTINGS: dict[str, Any] = {
+    "kit_commit": "008ae945181341da7fce399bea503d86474e3ea4", "kit_dir": "/opt/dgxspark/exl3-kit",
+    "log": "/opt/dgxspark/exl3-kit/logs/dgxspark-start.log", "collection_staged": True,
+    "budgets": BUDGETS, "poll_interval": 2, "finish_timeout": 900, "api_timeout": 120}
+NOT_IN_DOCKER = ("the kit user spark is not in the docker group: start.sh runs docker without sudo on both nodes "
+                 "(sudo usermod -aG docker spark, then log in again)")
+
+
+def _state(cid: str | None, running_: bool = True, image_id: str | None = "sha256:img") -> dict[str, Any]:
+    return {"container": {"exists": cid is not None, "running": running_, "id": cid}, "image_id": image_id}
+
+
+def _record(document: Any) -> dict[str, Any]:
+    return {"content": base64.b64encode(json.dumps(document).encode()).decode(),
+            "source": "/opt/kit/.dgxspark-launch.json"}
+
+
+# --------------------------------------------------------------------------------------------- accounts
+
+
+@pytest.mark.parametrize("passwd, expected", [
+    ({USER: PASSWD[0]}, "/home/spark"),
+    ({USER: None}, ""),                       # getent with fail_key: false, the user does not exist
+    ({}, ""),
+    (None, ""),
+    ({USER: ["x", "1000"]}, ""),              # a short entry
+    ({USER: PASSWD}, ""),                     # duplicate entries (a list of lists): no home, as the role read it
+])
+def test_home(passwd: Any, expected: str) -> None:
+    assert home(passwd, USER) == expected
+
+
+@pytest.mark.parametrize("group, expected", [
+    ({"docker": ["x", "999", "spark,ops"]}, ["spark", "ops"]),
+    ({"docker": ["x", "999", ""]}, [""]),
+    ({"docker": None}, [""]),
+    (None, [""]),
+])
+def test_docker_members(group: Any, expected: list[str]) -> None:
+    assert docker_members(group) == expected
+
+
+@pytest.mark.parametrize("user, hf_home, is_head, user_home, members, expected", [
+    (USER, "/x", False, "", ["spark"], "the kit user spark (dgxspark_vllm_kit_user) does not exist"),
+    (USER, "/x", True, "", [""], "the kit user spark (dgxspark_vllm_kit_user) does not exist"),
+    (USER, "/home/spark/.cache/huggingface", True, "/home/spark", ["ops"], NOT_IN_DOCKER),
+    (USER, "/data/hf", False, "/home/spark", ["spark"],
+     "the kit reads the workers weights from /home/spark/.cache/huggingface (start.sh:328), but dgxspark_vllm_hf_home "
+     "is /data/hf: set dgxspark_vllm_hf_home to /home/spark/.cache/huggingface and stage again"),
+    (USER, "/data/hf", True, "/home/spark", ["spark"], ""),              # the head keeps its cache anywhere
+    (USER, "/home/spark/.cache/huggingface", False, "/home/spark", ["ops", "spark"], ""),
+    ("root", "/root/.cache/huggingface", False, "/root", [""], ""),      # root runs docker without the group
+])
+def test_account_problem(user: str, hf_home: str, is_head: bool, user_home: str, members: list[str],
+                         expected: str) -> None:
+    assert account_problem(user, hf_home, is_head, user_home, members) == expected
+
+
+def test_accounts_per_node() -> None:
+    out = accounts(CONFIG, HEAD, {HEAD: {USER: PASSWD[0]}, WORKER: {USER: None}},
+                   {HEAD: {"docker": ["x", "999", "ops"]}, WORKER: {"docker": ["x", "999", "spark"]}})
+    assert out == {HEAD: {"home": "/home/spark", "problem": NOT_IN_DOCKER},
+                   WORKER: {"home": "", "problem": "the kit user spark (dgxspark_vllm_kit_user) does not exist"}}
+
+
+# --------------------------------------------------------------------------------------------- repos, .env, HCA
+
+
+def test_repos_with_and_without_the_drafter() -> None:
+    assert repos(CONFIG) == [{"repo": "brandonmusic/GLM-5.3-Flash-tr3-4bpw", "revision": "main"},
+                             {"repo": "incoai/GLM-5.3-Flash-DFlash2", "revision": "main"}]
+    assert repos(dict(CONFIG, drafter_repo="")) == [{"repo": "brandonmusic/GLM-5.3-Flash-tr3-4bpw", "revision": "main"}]
+
+
+@pytest.mark.parametrize("changes, extra, expected", [
+    ({}, {"KV_CACHE_DTYPE": "fp8"}, {"KV_CACHE_DTYPE": "fp8", "GPU_MEM_UTIL": 0.85, "MAX_MODEL_LEN": 850000}),
+    ({}, {"GPU_MEM_UTIL": 0.5}, {"GPU_MEM_UTIL": 0.85, "MAX_MODEL_LEN": 850000}),    # the cluster's value wins
+    ({"gpu_memory_utilization": None, "max_model_len": None}, {"GPU_MEM_UTIL": 0.5}, {"GPU_MEM_UTIL": 0.5}),
+    ({"drafter_repo": "", "gpu_memory_utilization": None, "max_model_len": None}, {}, {"SPEC_METHOD": "mtp"}),
+    ({"drafter_repo": "", "gpu_memory_utilization": None, "max_model_len": None}, {"SPEC_METHOD": "ngram"},
+     {"SPEC_METHOD": "ngram"}),
+])
+def test_kit_env(changes: dict[str, Any], extra: dict[str, Any], expected: dict[str, Any]) -> None:
+    assert kit_env(dict(CONFIG, **changes), extra) == expected
+
+
+@pytest.mark.parametrize("inventory, rdma, described, expected", [
+    ("mlx5_1,mlx5_3", {"ok": True, "hca": "rocep1s0f1"}, "a,b", "mlx5_1"),     # the inventory first
+    ("", {"ok": True, "hca": "rocep1s0f1"}, "a,b", "rocep1s0f1"),              # then the device on the CX7 IP
+    (None, {"ok": False, "hca": "rocep1s0f1"}, "a,b", "a"),                    # a failed read: the first detected
+    ("", {"skipped": True}, "a,b", "a"),
+    ("", {"ok": True, "hca": None}, "a", "a"),
+    ("", None, None, ""),
+])
+def test_kit_hca(inventory: str | None, rdma: Any, described: str | None, expected: str) -> None:
+    assert kit_hca(inventory, rdma, described) == expected
+
+
+def test_kit_node_sets_the_hca_only_when_one_is_known() -> None:
+    described = {"name": HEAD, "cx7_ip": "10.77.1.11", "ib_hca": "rocep1s0f1,roceP2p1s0f1"}
+    assert kit_node(described, {}, {"ok": True, "hca": "roceP2p1s0f1"})["ib_hca"] == "roceP2p1s0f1"
+    assert kit_node(described, None, None)["ib_hca"] == "rocep1s0f1"
+    assert kit_node({"name": HEAD}, {}, {"ok": False}) == {"name": HEAD}
+    assert described["ib_hca"] == "rocep1s0f1,roceP2p1s0f1"      # the description is not changed
+
+
+def test_prepare() -> None:
+    out = prepare(CONFIG, HEAD, {"ENFORCE_EAGER": "1"},
+                  {HEAD: {USER: PASSWD[0]}, WORKER: {USER: PASSWD[0]}},
+                  {HEAD: {"docker": ["x", "9", "spark"]}, WORKER: {"docker": ["x", "9", "spark"]}},
+                  {HEAD: {"name": HEAD, "ib_hca": "h1,h2"}, WORKER: {"name": WORKER, "ib_hca": "w1"}},
+                  {WORKER: {"ok": True, "hca": "w2"}})
+    assert out["accounts"] == {HEAD: {"home": "/home/spark", "problem": ""},
+                               WORKER: {"home": "/home/spark", "problem": ""}}
+    assert out["nodes"] == {HEAD: {"name": HEAD, "ib_hca": "h1"}, WORKER: {"name": WORKER, "ib_hca": "w2"}}
+    assert out["repos"] == repos(CONFIG)
+    assert out["env"] == {"ENFORCE_EAGER": "1", "GPU_MEM_UTIL": 0.85, "MAX_MODEL_LEN": 850000}
+
+
+# --------------------------------------------------------------------------------------------- restart
+
+
+def test_running_and_images() -> None:
+    states = {HEAD: _state("c1"), WORKER: _state("c2", running_=False, image_id=None), "spark-c": {}}
+    assert running(states) == {HEAD: "c1"}
+    assert images(states) == {HEAD: "sha256:img", WORKER: "", "spark-c": ""}
+
+
+def test_wanted_is_the_digest_the_role_always_computed() -> None:
+    """sha256 of Ansible's to_json of the same document: a record written before still matches."""
+    node_images = {HEAD: "sha256:a", WORKER: ""}
+    document = {"env": "e0", "kit_commit": "c0", "images": node_images, "user": USER}
+    assert wanted("e0", "c0", node_images, USER) == get_hash(to_json(document), "sha256")
+    assert wanted("e1", "c0", node_images, USER) != wanted("e0", "c0", node_images, USER)
+    assert wanted("e0", "c0", {HEAD: "sha256:b", WORKER: ""}, USER) != wanted("e0", "c0", node_images, USER)
+
+
+def test_last_start() -> None:
+    assert last_start({}) == {}
+    assert last_start({"failed": True, "msg": "file not found"}) == {}
+    document = {"wanted": "w", "containers": {HEAD: "c1"}}
+    assert last_start(_record(document)) == document
+    with pytest.raises(KitPlanError, match=r"^/opt/kit/\.dgxspark-launch\.json cannot be read .*remove it"):
+        last_start({"content": base64.b64encode(b"{not json").decode(), "source": "/opt/kit/.dgxspark-launch.json"})
+    with pytest.raises(KitPlanError, match="cannot be read"):
+        last_start({"content": "***"})
+    with pytest.raises(KitPlanError, match="cannot be read"):     # an empty record is a broken one, not none
+        last_start({"content": ""})
+    with pytest.raises(KitPlanError, match="is not a JSON object"):
+        last_start(_record(["w"]))
+
+
+BOTH = {HEAD: "c1", WORKER: "c2"}
+
+
+@pytest.mark.parametrize("last, now_running, expected_restart, expected_why", [
+    ({"wanted": "w", "containers": BOTH}, BOTH, False, "unchanged"),
+    ({"wanted": "w", "containers": BOTH}, {}, True, "nothing runs"),
+    ({"wanted": "w", "containers": BOTH}, {HEAD: "c1"}, True, "a rank is not running"),
+    ({}, BOTH, True, "no record of the last start"),
+    ({"wanted": "old", "containers": BOTH}, BOTH, True, "the .env, the kit commit or an image changed"),
+    ({"wanted": "w", "containers": {HEAD: "c1", WORKER: "c9"}}, BOTH, True,
+     "a container was replaced outside the collection"),
+    ({"wanted": "w"}, BOTH, True, "a container was replaced outside the collection"),
+    ({"wanted": "w", "containers": {}}, {}, False, "nothing runs"),      # as the role decided: the record matches
+])
+def test_restart_and_why(last: dict[str, Any], now_running: dict[str, str], expected_restart: bool,
+                         expected_why: str) -> None:
+    assert restart(last, "w", now_running) is expected_restart
+    assert why(last, "w", now_running) == expected_why
+
+
+def test_preview_and_outcome() -> None:
+    assert preview(True, "nothing runs", "/opt/kit", HEAD, WORKER, USER, 8888) == (
+        "would run ./start.sh in /opt/kit on spark-a as spark (nothing runs): worker spark-b first, then the head, "
+        "on port 8888")
+    assert preview(False, "unchanged", "/opt/kit", HEAD, WORKER, USER, 8888) == (
+        "nothing to start: both ranks run the rendered .env")
+    assert outcome(True, "a rank is not running") == "started (a rank is not running)"
+    assert outcome(False, "unchanged") == "already running, unchanged"
+
+
+# --------------------------------------------------------------------------------------------- start.sh
+
+
+def test_start_env_and_argv() -> None:
+    assert start_env("vllm_glm53", BUDGETS, True) == {
+        "CONTAINER_HEAD": "vllm_glm53", "CONTAINER_WORKER": "vllm_glm53", "READY_TIMEOUT": "6000",
+        "SKIP_PULL": "1", "SKIP_SHIP": "1", "SKIP_DOWNLOAD": "1", "SKIP_SYNC": "1"}
+    assert start_env("c", {"a": "10", "b": 5}, False) == {"CONTAINER_HEAD": "c", "CONTAINER_WORKER": "c",
+                                                          "READY_TIMEOUT": "15"}
+    assert start_argv(["HF_HOME", "IMAGE"], "/kit/logs/x.log") == [
+        "env", "--unset=HF_HOME", "--unset=IMAGE", "bash", "-c", 'mkdir -p logs && exec ./start.sh start >"$0" 2>&1',
+        "/kit/logs/x.log"]
+    assert start_argv([], "l")[:2] == ["env", "bash"]
+
+
+@pytest.mark.parametrize("budgets, poll, finish, api, expected", [
+    (BUDGETS, 2, 900, 120, {"async_seconds": 6900, "finish_retries": 450, "api_retries": 60}),
+    ({"a": 10}, 3, 10, 10, {"async_seconds": 20, "finish_retries": 4, "api_retries": 3}),   # ceil, floor
+])
+def test_timing(budgets: dict[str, Any], poll: int, finish: int, api: int, expected: dict[str, int]) -> None:
+    assert timing(budgets, poll, finish, api) == expected
+
+
+def test_timing_refuses_what_it_cannot_count() -> None:
+    with pytest.raises(KitPlanError, match="kit_launch_poll_interval must be at least 1 second, not 0"):
+        timing(BUDGETS, 0, 900, 120)
+    with pytest.raises(KitPlanError, match=r"kit_launch_budgets\.api_up must be a number of seconds, not 'soon'"):
+        timing(dict(BUDGETS, api_up="soon"), 2, 900, 120)
+    with pytest.raises(KitPlanError, match=r"kit_launch_budgets\.api_up must be a number of seconds, not True"):
+        start_env("c", {"api_up": True}, True)
+
+
+def _decide(**changes: Any) -> dict[str, Any]:
+    args: dict[str, Any] = {"states": {HEAD: _state("c1"), WORKER: _state("c2")}, "record": {},
+                            "git": {"after": "abc"}, "rendered": {"checksum": "e0", "unset_in_caller": ["IMAGE"]}}
+    args.update(changes)
+    return decide(CONFIG, HEAD, WORKER, args["states"], args["record"], args["git"], args["rendered"], SETTINGS)
+
+
+def test_decide_starts_without_a_record_and_then_keeps_what_runs() -> None:
+    first = _decide()
+    assert (first["restart"], first["why"], first["kit_commit"]) == (True, "no record of the last start", "abc")
+    assert first["running"] == BOTH
+    assert first["preview"].startswith("would run ./start.sh in /opt/dgxspark/exl3-kit on spark-a as spark (no record")
+    assert first["outcome"] == "started (no record of the last start)"
+    assert first["start"]["argv"][:2] == ["env", "--unset=IMAGE"]
+    assert first["start"]["env"]["READY_TIMEOUT"] == "6000"
+    assert (first["start"]["async_seconds"], first["start"]["finish_retries"], first["api_retries"]) == (6900, 450, 60)
+    # the record the role writes after that start: the next run changes nothing
+    again = _decide(record=_record({"wanted": first["wanted"], "containers": BOTH, "started": "2025-01-01T00:00:00"}))
+    assert (again["restart"], again["why"], again["outcome"]) == (False, "unchanged", "already running, unchanged")
+    assert again["preview"] == "nothing to start: both ranks run the rendered .env"
+    # a new .env
+    changed = _decide(record=_record({"wanted": first["wanted"], "containers": BOTH}),
+                      rendered={"checksum": "e1"})
+    assert (changed["restart"], changed["why"]) == (True, "the .env, the kit commit or an image changed")
+    assert changed["start"]["argv"][:2] == ["env", "bash"]
+
+
+def test_decide_takes_the_pinned_commit_when_git_says_nothing() -> None:
+    assert _decide(git={})["kit_commit"] == SETTINGS["kit_commit"]
+    assert _decide(git={"after": None})["kit_commit"] is None          # as the role's default() kept it
+    assert _decide(git={})["wanted"] != _decide()["wanted"]
+    assert _decide(rendered={})["wanted"] == wanted("", "abc", {HEAD: "sha256:img", WORKER: "sha256:img"}, USER)
+
+
+def test_plan_dispatches_on_what_was_observed() -> None:
+    base = {"config": CONFIG, "head": HEAD, "worker": WORKER, "kit_env": {}, "rdma": {}, "record": {}, "git": {},
+            "rendered": {}, "collection_staged": True}
+    before = plan(dict(base, passwd={HEAD: {USER: PASSWD[0]}}, group={HEAD: {"docker": ["x", "9", USER]}},
+                       described={HEAD: {"name": HEAD}}))
+    assert set(before) == {"accounts", "nodes", "repos", "env"}
+    settings = {k: v for k, v in SETTINGS.items() if k != "collection_staged"}
+    after = plan(dict(base, states={HEAD: _state("c1")}, **settings))
+    assert set(after) == {"wanted", "restart", "why", "running", "kit_commit", "preview", "outcome", "start",
+                          "api_retries"}
+    with pytest.raises(KitPlanError, match=r"^give passwd, group and described \(before the kit is placed\) or states"):
+        plan(base)
+    with pytest.raises(KitPlanError, match="^group, described must be given with passwd$"):
+        plan(dict(base, passwd={}))
+    with pytest.raises(KitPlanError, match="^kit_dir, api_timeout must be given with states$"):
+        plan(dict(base, states={}, **{k: v for k, v in SETTINGS.items() if k not in ("kit_dir", "api_timeout")}))
