@@ -10,6 +10,7 @@ import os
 from typing import Any
 
 from ansible_collections.dgxspark.vllm.plugins.module_utils._guard import (
+    CONFIG_ARGUMENT_SPEC as ARGUMENT_SPEC,
     GuardConfigError,
     build_document,
     install_current,
@@ -20,17 +21,6 @@ from ansible_collections.dgxspark.vllm.plugins.module_utils._profiles import pla
 from ansible_collections.dgxspark.vllm.plugins.plugin_utils._controller_action import (
     ControllerAction,
     ControllerTaskError,
-)
-
-ARGUMENT_SPEC: dict[str, Any] = dict(
-    config=dict(type="dict", required=True),
-    tunables=dict(type="dict", default={}),
-    state_path=dict(type="path", default="/var/lib/dgxspark-guard/state.json"),
-    maintenance_path=dict(type="path", default="/run/dgxspark/guard-maintenance.json"),
-    payload=dict(type="list", elements="path", default=[]),
-    module_utils=dict(type="list", elements="str", default=[]),
-    install=dict(type="dict", default={}),
-    installed=dict(type="str"),
 )
 
 

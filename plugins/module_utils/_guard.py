@@ -419,6 +419,19 @@ TUNABLES = ("interval_seconds", "probe_interval_seconds", "probe_timeout_seconds
             "max_failed_restores", "window_seconds", "log_lines", "budgets", "stall_seconds", "progress_seconds")
 
 
+# The options of dgxspark.vllm.guard_config (its action and its documentation stub share them).
+CONFIG_ARGUMENT_SPEC: dict[str, Any] = dict(
+    config=dict(type="dict", required=True),
+    tunables=dict(type="dict", default={}),
+    state_path=dict(type="path", default="/var/lib/dgxspark-guard/state.json"),
+    maintenance_path=dict(type="path", default="/run/dgxspark/guard-maintenance.json"),
+    payload=dict(type="list", elements="path", default=[]),
+    module_utils=dict(type="list", elements="str", default=[]),
+    install=dict(type="dict", default={}),
+    installed=dict(type="str"),
+)
+
+
 def ssh_alias(host: str) -> str:
     """The Host alias of a worker in the guard's own ssh_config."""
     return "dgxspark-guard-" + "".join(ch if ch.isalnum() or ch in "-." else "-" for ch in host)

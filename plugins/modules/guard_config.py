@@ -114,15 +114,12 @@ problems:
 
 from ansible.module_utils.basic import AnsibleModule
 
+from ansible_collections.dgxspark.vllm.plugins.module_utils._guard import CONFIG_ARGUMENT_SPEC
+
 
 def main() -> None:
     module = AnsibleModule(
-        argument_spec=dict(
-            config=dict(type="dict", required=True),
-            tunables=dict(type="dict", default={}),
-            state_path=dict(type="path", default="/var/lib/dgxspark-guard/state.json"),
-            maintenance_path=dict(type="path", default="/run/dgxspark/guard-maintenance.json"),
-        ),
+        argument_spec=CONFIG_ARGUMENT_SPEC,
         supports_check_mode=True,
     )
     module.fail_json(msg="dgxspark.vllm.guard_config runs on the controller through its action plugin; "
