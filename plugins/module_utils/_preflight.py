@@ -23,6 +23,8 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
+from ansible_collections.dgxspark.vllm.plugins.module_utils._units import human_bytes
+
 PASS = "pass"
 FAIL = "fail"
 WARN = "warn"
@@ -142,16 +144,6 @@ class Settings:
 
 
 # --- small helpers ------------------------------------------------------------------------------------------
-
-def human_bytes(value: int | None) -> str:
-    """Decimal units as disks and the recipe count them: 185000000000 -> '185.0 GB'."""
-    if value is None:
-        return "unknown"
-    for unit, size in (("TB", 10 ** 12), ("GB", 10 ** 9), ("MB", 10 ** 6), ("kB", 10 ** 3)):
-        if abs(value) >= size:
-            return "%.1f %s" % (value / size, unit)
-    return "%d B" % value
-
 
 def _last_line(*texts: Any) -> str:
     for text in texts:
