@@ -51,9 +51,12 @@ class ActionModule(ControllerAction):
     def _payload(paths: list[str]) -> dict[str, bytes]:
         files: dict[str, bytes] = {}
         for path in paths:
+            name = path.rsplit("/", 1)[-1]
+            if name in files:   # keyed by name, so that the fingerprint does not depend on where the checkout lies
+                raise ControllerTaskError(f"the group guard's files {path} and another one share the name {name}")
             try:
                 with open(path, "rb") as handle:
-                    files[path.rsplit("/", 1)[-1]] = handle.read()
+                    files[name] = handle.read()
             except OSError as exc:
                 raise ControllerTaskError(f"the group guard's file {path} cannot be read: {exc.strerror}") from exc
         return files

@@ -62,3 +62,12 @@ def test_a_missing_file_fails_with_its_path(tmp_path: Path) -> None:
         _run(tmp_path, payload=[str(tmp_path / "nope.py")])
     with pytest.raises(AnsibleActionFail, match=r"_no_such_util\.py cannot be read"):
         _run(tmp_path, module_utils=["_no_such_util.py"])
+
+
+def test_two_files_of_one_name_are_refused(tmp_path: Path) -> None:
+    other = tmp_path / "elsewhere"
+    other.mkdir()
+    (other / "dgxspark_group_guard.py").write_text("print('other')\n", encoding="utf-8")
+    (tmp_path / "dgxspark_group_guard.py").write_text("print('guard')\n", encoding="utf-8")
+    with pytest.raises(AnsibleActionFail, match=r"share the name dgxspark_group_guard\.py"):
+        _run(tmp_path, payload=[str(tmp_path / "dgxspark_group_guard.py"), str(other / "dgxspark_group_guard.py")])
