@@ -11,6 +11,7 @@ with where each value came from, or every problem at once, each naming the varia
 from __future__ import annotations
 
 import difflib
+import ipaddress
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -94,6 +95,9 @@ VARIABLES: Mapping[str, Variable] = {var.name: var for var in (
     _v("hf_token", kind="secret", example='"{{ vault_hf_token }}"'),
     _v("secure_logging", kind="bool", example="true"),
     _v("guard", kind="bool", example="true"),
+    _v("firewall", kind="bool", example="true"),
+    _v("api_allowed_cidrs", kind="cidrs", example="[192.168.1.0/24]"),
+    _v("require_api_key", kind="bool", example="true"),
 )}
 # Variables the collection sets itself as facts (never inventory input).
 FACT_NAMES = frozenset({FACT, "dgxspark_vllm_detected_cx7_iface", "dgxspark_vllm_detected_ib_hca",
@@ -231,6 +235,20 @@ def _check_plain(name: str, var: Variable, value: Any, problems: list[str]) -> A
             problems.append(f"{full} is empty (e.g. {_fix(full, var.example)}); remove it to take the default")
             return _MISSING
         return value
+    if var.kind == "cidrs":
+        if isinstance(value, str) or not isinstance(value, Sequence):
+            problems.append(f"{full} must be a list of networks, got {value!r} (e.g. {_fix(full, var.example)})")
+            return _MISSING
+        networks: list[str] = []
+        for item in value:
+            try:
+                network = str(ipaddress.ip_network(str(item).strip(), strict=False))
+            except ValueError:
+                problems.append(f"{full}: {item!r} is not an address or a network (e.g. {_fix(full, var.example)})")
+                return _MISSING
+            if network not in networks:
+                networks.append(network)
+        return networks
     if var.kind == "dict":
         if not isinstance(value, Mapping):
             problems.append(f"{full} must be a mapping, got {value!r} (e.g. {_fix(full, var.example)})")
@@ -366,6 +384,9 @@ def resolve(inputs: Inputs) -> dict[str, Any]:
         "staging_lock_path": explicit.get("staging_lock_path", "/run/dgxspark/staging.lock"),
         "secure_logging": explicit.get("secure_logging", True),
         "guard": explicit.get("guard", profile.launcher == "docker_run"),
+        "firewall": explicit.get("firewall", True),
+        "api_allowed_cidrs": explicit.get("api_allowed_cidrs", []),
+        "require_api_key": explicit.get("require_api_key", False),
         "api_key_set": bool(explicit.get("api_key")),
         "hf_token_set": bool(explicit.get("hf_token")),
         "settings": {key: value for key, value in render_settings.items() if value is not None},
@@ -380,8 +401,10 @@ def resolve(inputs: Inputs) -> dict[str, Any]:
                 "log_max_file"):
         config[key] = values[key]
     config["cx7_subnet"] = values["cx7_subnet"] or ""
-    for key in ("lab", "accept_noncommercial_drafter", "staging_lock_path", "secure_logging", "profile", "guard"):
+    for key in ("lab", "accept_noncommercial_drafter", "staging_lock_path", "secure_logging", "profile", "guard",
+                "firewall", "require_api_key"):
         sources.setdefault(key, "default")
+    sources.setdefault("api_allowed_cidrs", "default (the management networks of the nodes)")
     sources["profile"] = sources.get("profile") if "profile" in explicit else "default"
     config["sources"] = {key: sources[key] for key in sorted(sources)}
     return config

@@ -349,3 +349,28 @@ def test_the_guard_is_refused_for_the_kit_and_a_bad_value_is_named() -> None:
     assert "set dgxspark_vllm_guard: false" in found[0]
     assert problems(inputs({"guard": "sometimes"})) == [
         "dgxspark_vllm_guard must be true or false, got 'sometimes' (e.g. dgxspark_vllm_guard: true)"]
+
+
+# --------------------------------------------------------------------------- the firewall and the API's exposure
+
+
+def test_the_firewall_is_on_by_default_and_the_api_networks_default_to_the_management_networks() -> None:
+    config = resolve(inputs())
+    assert config["firewall"] is True and config["api_allowed_cidrs"] == [] and config["require_api_key"] is False
+    assert config["sources"]["api_allowed_cidrs"].startswith("default (the management networks")
+    config = resolve(inputs({"firewall": "off", "require_api_key": "yes",
+                             "api_allowed_cidrs": ["10.0.0.7", "192.168.1.9/24", "192.168.1.0/24", "fd00::1/64"]}))
+    assert config["firewall"] is False and config["require_api_key"] is True
+    assert config["api_allowed_cidrs"] == ["10.0.0.7/32", "192.168.1.0/24", "fd00::/64"]
+    assert config["sources"]["api_allowed_cidrs"] == "dgxspark_vllm_api_allowed_cidrs"
+
+
+def test_bad_api_networks_are_named_before_anything_runs() -> None:
+    assert problems(inputs({"api_allowed_cidrs": "192.168.1.0/24"})) == [
+        "dgxspark_vllm_api_allowed_cidrs must be a list of networks, got '192.168.1.0/24' "
+        "(e.g. dgxspark_vllm_api_allowed_cidrs: [192.168.1.0/24])"]
+    assert problems(inputs({"api_allowed_cidrs": ["192.168.1.0/24", "lan"]})) == [
+        "dgxspark_vllm_api_allowed_cidrs: 'lan' is not an address or a network "
+        "(e.g. dgxspark_vllm_api_allowed_cidrs: [192.168.1.0/24])"]
+    assert problems(inputs({"firewall": "maybe"})) == [
+        "dgxspark_vllm_firewall must be true or false, got 'maybe' (e.g. dgxspark_vllm_firewall: true)"]
