@@ -138,3 +138,84 @@ def ruleset(r: Rules, table: str = TABLE) -> str:
         "}",
     ]
     return "\n".join(lines) + "\n"
+
+
+# ------------------------------------------------------------------------------------------------ the cluster's plan
+
+ARGUMENT_SPEC: dict = {
+    "config": {"type": "dict", "required": True},
+    "addresses": {"type": "dict", "required": True},
+    "reached": {"type": "dict", "required": True},
+}
+"""firewall_plan's options: the resolved configuration, per host its ``ip -j addr show`` (parsed), per host the
+address Ansible reaches it on (resolved on the controller; "" when it could not be)."""
+
+
+def _addresses(listing: object) -> list[tuple[str, str, int]]:
+    """(interface, address, prefix length) of every address in ``ip -j addr show``'s output."""
+    out: list[tuple[str, str, int]] = []
+    for link in listing if isinstance(listing, list) else []:
+        if not isinstance(link, dict):
+            continue
+        for info in link.get("addr_info") or []:
+            if isinstance(info, dict) and info.get("local") and isinstance(info.get("prefixlen"), int):
+                out.append((str(link.get("ifname", "")), str(info["local"]), info["prefixlen"]))
+    return out
+
+
+def _same(a: str, b: str) -> bool:
+    try:
+        return ipaddress.ip_address(a) == ipaddress.ip_address(b)
+    except ValueError:
+        return False
+
+
+def plan(config: dict, addresses: dict, reached: dict) -> dict:
+    """Every node's ruleset and what it allows; raises FirewallError naming what to fix."""
+    hosts = [config["head"]] + list(config["workers"])
+    nodes = config["nodes"]
+    problems: list[str] = []
+    management: list[str] = []
+    node_addresses: list[str] = []
+    ifaces: dict[str, str] = {}
+    for host in hosts:
+        found = _addresses(addresses.get(host))
+        if not found:
+            problems.append(f"{host}: `ip -j addr show` gave no address")
+            continue
+        cx7_ip = str(nodes[host]["cx7_ip"])
+        carrying = [iface for iface, local, _prefix in found if _same(local, cx7_ip)]
+        given = nodes[host].get("cx7_iface") or ""
+        if not carrying:
+            problems.append(f"{host}: its dgxspark_vllm_cx7_ip {cx7_ip} is on no interface of the node (the preflight "
+                            "names the CX7 port and its address)")
+            continue
+        if given and given not in carrying:
+            problems.append(f"{host}: dgxspark_vllm_cx7_iface is {given}, but {cx7_ip} is on {carrying[0]}")
+            continue
+        ifaces[host] = given or carrying[0]
+        address = str(reached.get(host) or "")
+        mine = [(local, prefix) for _iface, local, prefix in found if address and _same(local, address)]
+        if mine:
+            management.append(f"{mine[0][0]}/{mine[0][1]}")
+            node_addresses.append(str(ipaddress.ip_address(mine[0][0])))
+        elif not config.get("api_allowed_cidrs"):
+            problems.append(f"{host}: Ansible reaches it at {address or 'an address that did not resolve'}, which is "
+                            "on no interface of the node (NAT, a jump host?), so its management network is not known: "
+                            "name the networks that may use the API in dgxspark_vllm_api_allowed_cidrs "
+                            "(e.g. [192.168.1.0/24])")
+    if problems:
+        raise FirewallError("; ".join(problems))
+    given_cidrs = list(config.get("api_allowed_cidrs") or [])
+    cidrs = list(api_cidrs(given_cidrs or None, management))
+    for address in node_addresses:   # the nodes themselves always may (the guard, status, verify from a node)
+        if not any(ipaddress.ip_address(address) in ipaddress.ip_network(c) for c in cidrs):
+            cidrs.append(str(ipaddress.ip_network(address)))
+    cx7_ips = [str(nodes[host]["cx7_ip"]) for host in hosts]
+    out = {}
+    for host in hosts:
+        r = rules(ifaces[host], str(nodes[host]["cx7_ip"]), cx7_ips, int(config["port"]), int(config["master_port"]),
+                  cidrs)
+        out[host] = {"ruleset": ruleset(r), "cx7_iface": ifaces[host], "peers": list(r.peers)}
+    return {"nodes": out, "api_cidrs": cidrs,
+            "source": "dgxspark_vllm_api_allowed_cidrs" if given_cidrs else "the management networks of the nodes"}

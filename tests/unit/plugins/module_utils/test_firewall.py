@@ -8,7 +8,7 @@ import subprocess
 
 import pytest
 
-from ansible_collections.dgxspark.vllm.plugins.module_utils._firewall import FirewallError, api_cidrs, rules, ruleset
+from ansible_collections.dgxspark.vllm.plugins.module_utils._firewall import FirewallError, api_cidrs, plan, rules, ruleset
 
 LAB = dict(cx7_iface="enp1s0f1np1", own_cx7_ip="10.77.1.11", cx7_ips=["10.77.1.11", "10.77.1.12"], api_port=8000,
            master_port=29521, cidrs=("10.77.0.0/24",))
@@ -103,3 +103,74 @@ def test_nft_accepts_the_ruleset_and_refuses_a_broken_one():
     assert ok.returncode == 0, ok.stderr
     broken = _nft_check(ruleset(rules(**LAB)).replace("reject with tcp reset", "reject with tcp rst"))
     assert broken.returncode != 0
+
+
+# ------------------------------------------------------------------------------------------------ the cluster's plan
+
+
+def _ip_addr(*addresses):
+    """`ip -j addr show` as a node prints it: (ifname, address/prefix) pairs."""
+    links: dict = {}
+    for ifname, cidr in addresses:
+        local, prefix = cidr.split("/")
+        links.setdefault(ifname, {"ifname": ifname, "addr_info": []})["addr_info"].append(
+            {"family": "inet6" if ":" in local else "inet", "local": local, "prefixlen": int(prefix)})
+    return list(links.values())
+
+
+CONFIG = {"head": "lab-head", "workers": ["lab-worker"], "port": 8000, "master_port": 29521, "api_allowed_cidrs": [],
+          "nodes": {"lab-head": {"cx7_ip": "10.77.1.11", "cx7_iface": ""},
+                    "lab-worker": {"cx7_ip": "10.77.1.12", "cx7_iface": ""}}}
+ADDRESSES = {"lab-head": _ip_addr(("lo", "127.0.0.1/8"), ("eth0", "10.77.0.11/24"), ("enp1s0f1np1", "10.77.1.11/24"),
+                                  ("docker0", "172.17.0.1/16")),
+             "lab-worker": _ip_addr(("lo", "127.0.0.1/8"), ("eth0", "10.77.0.12/24"),
+                                    ("enP2p1s0f1np1", "10.77.1.12/24"))}
+REACHED = {"lab-head": "10.77.0.11", "lab-worker": "10.77.0.12"}
+
+
+def test_the_plan_finds_each_cx7_port_and_defaults_the_api_to_the_management_network():
+    result = plan(CONFIG, ADDRESSES, REACHED)
+    assert result["api_cidrs"] == ["10.77.0.0/24"] and result["source"] == "the management networks of the nodes"
+    head, worker = result["nodes"]["lab-head"], result["nodes"]["lab-worker"]
+    assert (head["cx7_iface"], head["peers"]) == ("enp1s0f1np1", ["10.77.1.12"])
+    assert (worker["cx7_iface"], worker["peers"]) == ("enP2p1s0f1np1", ["10.77.1.11"])
+    assert 'iifname "enP2p1s0f1np1" counter drop' in worker["ruleset"]
+    assert "elements = { 10.77.0.0/24 }" in head["ruleset"]
+
+
+def test_given_networks_win_and_the_nodes_themselves_are_always_allowed():
+    result = plan(dict(CONFIG, api_allowed_cidrs=["10.77.0.1/32"]), ADDRESSES, REACHED)
+    assert result["api_cidrs"] == ["10.77.0.1/32", "10.77.0.11/32", "10.77.0.12/32"]
+    assert result["source"] == "dgxspark_vllm_api_allowed_cidrs"
+    assert "elements = { 10.77.0.1/32, 10.77.0.11/32, 10.77.0.12/32 }" in result["nodes"]["lab-worker"]["ruleset"]
+    # a given network that holds the nodes adds nothing
+    assert plan(dict(CONFIG, api_allowed_cidrs=["10.77.0.0/16"]), ADDRESSES, REACHED)["api_cidrs"] == ["10.77.0.0/16"]
+
+
+def test_an_unknown_management_address_is_fine_once_the_networks_are_given():
+    reached = {"lab-head": "spark-a.example", "lab-worker": ""}
+    with pytest.raises(FirewallError) as info:
+        plan(CONFIG, ADDRESSES, reached)
+    assert ("lab-head: Ansible reaches it at spark-a.example, which is on no interface of the node (NAT, a jump host?), "
+            "so its management network is not known: name the networks that may use the API in "
+            "dgxspark_vllm_api_allowed_cidrs") in str(info.value)
+    assert "lab-worker: Ansible reaches it at an address that did not resolve" in str(info.value)
+    assert plan(dict(CONFIG, api_allowed_cidrs=["192.168.1.0/24"]), ADDRESSES, reached)["api_cidrs"] == [
+        "192.168.1.0/24"]
+
+
+@pytest.mark.parametrize("nodes, message", [
+    ({"lab-head": {"cx7_ip": "10.77.1.99", "cx7_iface": ""}},
+     "lab-head: its dgxspark_vllm_cx7_ip 10.77.1.99 is on no interface of the node"),
+    ({"lab-head": {"cx7_ip": "10.77.1.11", "cx7_iface": "eth0"}},
+     "lab-head: dgxspark_vllm_cx7_iface is eth0, but 10.77.1.11 is on enp1s0f1np1"),
+])
+def test_a_cx7_address_or_port_that_the_node_does_not_have_is_refused(nodes, message):
+    config = dict(CONFIG, nodes=dict(CONFIG["nodes"], **nodes))
+    with pytest.raises(FirewallError, match=message):
+        plan(config, ADDRESSES, REACHED)
+
+
+def test_a_node_that_showed_no_address_is_named():
+    with pytest.raises(FirewallError, match="lab-worker: `ip -j addr show` gave no address"):
+        plan(CONFIG, dict(ADDRESSES, **{"lab-worker": []}), REACHED)

@@ -1,0 +1,96 @@
+#!/usr/bin/python
+# Copyright: Contributors to the dgxspark.vllm collection
+# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+---
+module: firewall_plan
+short_description: Decide every node's nftables ruleset (who may reach the API, the master port and the CX7 link)
+version_added: 0.3.0
+description:
+  - The decisions of the role C(dgxspark.vllm.firewall) in one place; the role passes what it read on the nodes and
+    writes the result.
+  - Per node - the CX7 port (the interface that carries its C(dgxspark_vllm_cx7_ip)), the other nodes' CX7 IPs (the
+    only sources allowed on that port) and the ruleset, one C(inet dgxspark) table replaced in one transaction.
+  - The API's networks - C(dgxspark_vllm_api_allowed_cidrs), else the management networks of the nodes (the network
+    of the address Ansible reaches each node on); the nodes' own management addresses are always added.
+  - Runs on the controller only (an action plugin); it never connects to a node.
+author:
+  - dgxspark.vllm contributors (@dgxspark)
+extends_documentation_fragment:
+  - dgxspark.vllm.attributes
+attributes:
+  check_mode:
+    support: full
+    details: Computes only; the result is the same in check mode.
+  diff_mode:
+    support: none
+    details: Nothing is changed, so there is nothing to diff.
+  idempotent:
+    support: full
+    details: The same inputs always give the same rulesets, and nothing is ever changed.
+options:
+  config:
+    description: The resolved cluster configuration, C(dgxspark_vllm_config) (set by M(dgxspark.vllm.cluster_config)).
+    type: dict
+    required: true
+  addresses:
+    description: Per inventory name, that node's C(ip -j addr show) output (its text, or parsed).
+    type: dict
+    required: true
+  reached:
+    description: Per inventory name, the address Ansible reaches the node on (C(ansible_host)); a name is resolved on
+      the controller.
+    type: dict
+    required: true
+"""
+
+EXAMPLES = r"""
+- name: Plan every node's ruleset
+  dgxspark.vllm.firewall_plan:
+    config: "{{ dgxspark_vllm_config }}"
+    addresses: "{{ dict(hosts | zip(hosts | map('extract', hostvars, ['node_ip', 'stdout']))) }}"
+    reached: "{{ dict(hosts | zip(hosts | map('extract', hostvars, 'node_reached'))) }}"
+  vars:
+    hosts: "{{ ansible_play_hosts_all }}"
+  run_once: true
+  register: firewall_plan
+"""
+
+RETURN = r"""
+nodes:
+  description: Per inventory name, C(ruleset) (the nftables file), C(cx7_iface) and C(peers) (the other CX7 IPs).
+  returned: success
+  type: dict
+api_cidrs:
+  description: The networks the API answers (besides the node itself).
+  returned: success
+  type: list
+  elements: str
+source:
+  description: Where the API's networks came from.
+  returned: success
+  type: str
+"""
+
+import json
+
+from ansible.module_utils.basic import AnsibleModule
+
+from ansible_collections.dgxspark.vllm.plugins.module_utils._firewall import ARGUMENT_SPEC, FirewallError, plan
+
+
+def main() -> None:
+    module = AnsibleModule(argument_spec=ARGUMENT_SPEC, supports_check_mode=True)
+    try:
+        addresses = {host: json.loads(listing) if isinstance(listing, str) else listing
+                     for host, listing in module.params["addresses"].items()}
+        result = plan(module.params["config"], addresses, module.params["reached"])
+    except (FirewallError, KeyError, ValueError) as exc:
+        module.fail_json(msg=f"the firewall cannot be planned: {exc}")
+    module.exit_json(changed=False, **result)
+
+
+if __name__ == "__main__":
+    main()
