@@ -13,13 +13,15 @@ Checks are computed only for the probes that were given, so the role can ask for
 
 Check names: ``cx7_ip``, ``cx7_interface``, ``cx7_subnet``, ``cx7_mtu``, ``rdma`` (or ``rdma.<problem>`` per
 problem of rdma_link_info), ``pin.gid_index``, ``pin.ib_hca``, ``ping.<node>``, ``port.<port>``, ``disk``,
-``memory``, ``docker``, ``gpu_runtime``, ``gpu``, ``arch``, ``gpu_free``.
+``memory``, ``docker``, ``gpu_runtime``, ``gpu``, ``arch``, ``gpu_free``, ``secret_files``, and once for the
+cluster, on the head, ``api_exposure``.
 """
 from __future__ import annotations
 
 import ipaddress
 import json
 import re
+import shlex
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -736,6 +738,216 @@ def rdma_checks(result: dict[str, Any] | None, settings: Settings, iface: str | 
     return checks, detected
 
 
+# --- decisions: who can reach the API, who can read the secrets ---------------------------------------------
+
+# The EXL3 kit's start.sh starts the head with --host 0.0.0.0 whatever the settings say (docs/exl3-kit.md,
+# launch_cluster): the collection cannot narrow it.
+KIT_HOST = "0.0.0.0"
+
+
+@dataclass(frozen=True)
+class Exposure:
+    """What decides who can use the API, from the dgxspark_vllm_config fact: where it listens (``host``, the
+    render's ``settings.host``, and where that value came from), the launcher, whether an API key is set, whether
+    one is required, the firewall and the networks it admits to the API port (empty: the nodes' management
+    networks)."""
+
+    host: str = ""
+    host_source: str = ""
+    launcher: str = "docker_run"
+    api_key_set: bool = False
+    require_api_key: bool = False
+    firewall: bool = True
+    api_allowed_cidrs: tuple[str, ...] = ()
+
+
+def _is_loopback(host: str) -> bool:
+    """127.0.0.0/8, ::1 (and ::ffff:127.x.y.z, and the name localhost); anything else listens beyond the node."""
+    if host.lower() == "localhost":
+        return True
+    try:
+        address = ipaddress.ip_address(host.strip("[]"))
+    except ValueError:
+        return False
+    if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
+        return address.ipv4_mapped.is_loopback
+    return address.is_loopback
+
+
+def _listen(exposure: Exposure, port: int) -> tuple[str, str, bool]:
+    """(host, the API's address and where its host comes from, on loopback only)."""
+    if exposure.launcher == "exl3_kit":
+        host, source = KIT_HOST, "the EXL3 kit's start.sh binds it, whatever the settings say"
+    else:
+        host = str(exposure.host or "").strip()
+        source = "settings.host" + (", from %s" % exposure.host_source if exposure.host_source else "")
+        if not host:
+            source = "settings.host unset: vLLM's default"
+    shown = "[%s]" % host.strip("[]") if ":" in host else host or "*"
+    where = "%s:%d" % (shown, port)
+    try:
+        every = ipaddress.ip_address(host.strip("[]")).is_unspecified if host else True
+    except ValueError:
+        every = False
+    return host, "%s (%s%s)" % (where, "every interface; " if every else "", source), _is_loopback(host)
+
+
+def _firewall_text(exposure: Exposure, port: int) -> str:
+    if not exposure.firewall:
+        return ("the firewall is off (dgxspark_vllm_firewall: false), so every network that reaches the head reaches "
+                "port %d" % port)
+    networks = ", ".join(exposure.api_allowed_cidrs) if exposure.api_allowed_cidrs else (
+        "the management networks of the nodes (dgxspark_vllm_api_allowed_cidrs unset)")
+    return "the collection's firewall (dgxspark_vllm_firewall) admits port %d only from %s and the nodes" % (
+        port, networks)
+
+
+def api_exposure_check(exposure: Exposure, port: int) -> Check:
+    """Decided once for the cluster (the head serves the API): loopback, or beyond it with a key, passes; beyond
+    loopback without a key warns, and fails with dgxspark_vllm_require_api_key."""
+    host, where, loopback = _listen(exposure, port)
+    data = {"host": host, "port": port, "loopback": loopback, "launcher": exposure.launcher,
+            "api_key_set": exposure.api_key_set, "require_api_key": exposure.require_api_key,
+            "firewall": exposure.firewall, "api_allowed_cidrs": list(exposure.api_allowed_cidrs)}
+    if loopback:
+        return Check("api_exposure", PASS, "The API listens on %s: loopback only, nothing beyond the head reaches "
+                     "it." % where, "", data)
+    firewall = _firewall_text(exposure, port)
+    if exposure.api_key_set:
+        return Check("api_exposure", PASS, "The API listens on %s and answers only requests that carry "
+                     "dgxspark_vllm_api_key; %s." % (where, firewall), "", data)
+    evidence = ("The API listens on %s without an API key (dgxspark_vllm_api_key is unset): %s, and whoever reaches "
+                "it can use the model." % (where, firewall))
+    narrow = "" if exposure.launcher == "exl3_kit" else (
+        " Or, when nothing beyond the head needs the API, serve on loopback: dgxspark_vllm_settings: "
+        "{host: 127.0.0.1}.")
+    key = ("Set dgxspark_vllm_api_key (from a vault): vLLM then answers only requests with the key, and every "
+           "request of the collection carries it.")
+    if exposure.require_api_key:
+        return Check("api_exposure", FAIL, evidence + " dgxspark_vllm_require_api_key is true, so an API without a "
+                     "key is refused.", key + narrow + " Or set dgxspark_vllm_require_api_key: false to accept an "
+                     "open API (a warning then).", data)
+    return Check("api_exposure", WARN, evidence, key + narrow + " dgxspark_vllm_require_api_key: true makes this "
+                 "an error.", data)
+
+
+# Run as `bash -c SECRET_FILES_PROBE dgxspark-secret-files PATH...` (roles/preflight/tasks/probe.yml carries it
+# verbatim, a unit test keeps the two equal). Each PATH may be a glob (/run/dgxspark/hf-token*). Only reads
+# metadata: prints `pattern<TAB>PATH` for each argument, then `file<TAB>mode<TAB>owner<TAB>group<TAB>type<TAB>path`
+# for each file it names (symlinks followed), or `error<TAB>path<TAB>stat's message`.
+SECRET_FILES_PROBE = r"""export LC_ALL=C
+shopt -s nullglob
+IFS=
+for pattern in "$@"; do
+  printf 'pattern\t%s\n' "$pattern"
+  for path in $pattern; do
+    if found=$(stat -L --printf '%a\t%U\t%G\t%F' -- "$path" 2>&1); then
+      printf 'file\t%s\t%s\n' "$found" "$path"
+    else
+      printf 'error\t%s\t%s\n' "$path" "${found//$'\n'/ }"
+    fi
+  done
+done
+"""
+_ABSENT_ERRORS = ("No such file or directory", "Not a directory")
+
+
+@dataclass(frozen=True)
+class SecretFile:
+    """One file a secret path names: its permission bits (None when stat failed), owner, group and type."""
+
+    path: str
+    mode: int | None = None
+    owner: str = ""
+    group: str = ""
+    kind: str = ""
+    error: str = ""
+
+    @property
+    def absent(self) -> bool:
+        return self.mode is None and any(text in self.error for text in _ABSENT_ERRORS)
+
+    @property
+    def regular(self) -> bool:
+        return self.kind.startswith("regular")
+
+    @property
+    def readers(self) -> str:
+        """Who beyond the owner may read it: "group", "others", "group and others" or ""."""
+        if self.mode is None:
+            return ""
+        return " and ".join(who for who, bit in (("group", 0o040), ("others", 0o004)) if self.mode & bit)
+
+    def describe(self) -> str:
+        return "%s (mode %04o, %s:%s)" % (self.path, self.mode or 0, self.owner or "?", self.group or "?")
+
+
+def parse_secret_files(text: str) -> list[tuple[str, list[SecretFile]]]:
+    """SECRET_FILES_PROBE's output -> each path or glob asked for, with the files it names (a glob that matches
+    nothing names none; a path that is not there names one, absent)."""
+    found: list[tuple[str, list[SecretFile]]] = []
+    for line in text.splitlines():
+        kind, _sep, rest = line.partition("\t")
+        if kind == "pattern":
+            found.append((rest, []))
+            continue
+        if kind not in ("file", "error"):
+            continue
+        if not found:
+            raise PreflightError("the secret-file probe printed a file before any path: %r" % line)
+        if kind == "file":
+            parts = rest.split("\t", 4)
+            if len(parts) != 5 or not re.match(r"^[0-7]{1,4}$", parts[0]):
+                raise PreflightError("the secret-file probe printed an unreadable line: %r" % line)
+            found[-1][1].append(SecretFile(parts[4], int(parts[0], 8), parts[1], parts[2], parts[3]))
+        else:
+            path, _sep, message = rest.partition("\t")
+            found[-1][1].append(SecretFile(path, error=message.strip()))
+    return found
+
+
+def secret_files_check(probe: dict[str, Any]) -> Check:
+    """Every file that may hold the HF token or the API key (preflight_secret_paths) that exists is readable by its
+    owner only: group or others reading one fails, with `chmod 600`; a file not there passes."""
+    if _rc(probe) != 0:
+        return Check("secret_files", WARN, "The probe of the files that may hold the HF token or the API key failed "
+                     "(rc %s): %s" % (_rc(probe), _last_line(probe.get("stderr"), probe.get("msg"))),
+                     "Make `bash` and `stat` (coreutils) work on the node; preflight runs them read-only.")
+    try:
+        found = parse_secret_files(str(probe.get("stdout") or ""))
+    except PreflightError as exc:
+        return Check("secret_files", WARN, str(exc), "Make `stat --printf` (GNU coreutils) work on the node.")
+    files = [f for _pattern, named in found for f in named]
+    regular = [f for f in files if f.mode is not None and f.regular]
+    other = [f for f in files if f.mode is not None and not f.regular]
+    exposed = [f for f in regular if f.readers]
+    unknown = [f for f in files if f.mode is None and not f.absent]
+    missing = [pattern for pattern, named in found if all(f.absent for f in named)]
+    data = {"patterns": [pattern for pattern, _named in found],
+            "files": [{"path": f.path, "mode": "%04o" % (f.mode or 0), "owner": f.owner, "group": f.group,
+                       "type": f.kind, "readable_by": f.readers} for f in regular + other],
+            "absent": missing, "errors": [{"path": f.path, "error": f.error} for f in unknown]}
+    if exposed:
+        return Check("secret_files", FAIL, "%s: it may hold the HF token or the API key." % "; ".join(
+            "%s is readable by %s" % (f.describe(), f.readers) for f in exposed),
+            "`chmod 600 %s` on this node: its owner keeps reading it (the collection hands the token and the key "
+            "to the containers through their environment, not through these files)."
+            % " ".join(shlex.quote(f.path) for f in exposed), data)
+    if unknown:
+        return Check("secret_files", WARN, "The mode of %s could not be read." % "; ".join(
+            "%s (%s)" % (f.path, f.error) for f in unknown),
+            "Run preflight with become (root): these files may belong to root or to the kit user.", data)
+    parts = []
+    if regular:
+        parts.append("owner only: %s" % ", ".join(f.describe() for f in regular))
+    if other:
+        parts.append("not a regular file, not judged: %s" % ", ".join("%s (%s)" % (f.path, f.kind) for f in other))
+    if missing:
+        parts.append("not there: %s" % ", ".join(missing))
+    return Check("secret_files", PASS, "No file that may hold the HF token or the API key is readable by group or "
+                 "others (%s)." % ("; ".join(parts) or "no path to check"), "", data)
+
+
 # --- the whole run ------------------------------------------------------------------------------------------
 
 def _node_checks(node: dict[str, Any], settings: Settings, decision: InterfaceDecision | None) -> tuple[
@@ -785,6 +997,9 @@ def _node_checks(node: dict[str, Any], settings: Settings, decision: InterfaceDe
             checks.append(Check("gpu_free", FAIL, str(exc), "Check `docker inspect` on the node."))
         else:
             checks.append(gpu_holders_check(inspected, _probe(node, "compute_apps"), own_pids, settings))
+    secrets = _probe(node, "secret_files")
+    if secrets is not None:
+        checks.append(secret_files_check(secrets))
     return checks, detected
 
 
@@ -803,8 +1018,12 @@ def node_report(name: str, role: str, checks: list[Check], detected: dict[str, A
             "checks": [c.to_dict() for c in checks]}
 
 
-def evaluate(nodes: list[dict[str, Any]], settings: Settings) -> dict[str, Any]:
-    """Every node's checks (plus the cross-node MTU agreement) -> reports, failures, summary, ok."""
+def evaluate(nodes: list[dict[str, Any]], settings: Settings, exposure: Exposure | None = None) -> dict[str, Any]:
+    """Every node's checks (plus the cross-node MTU agreement) -> reports, failures, summary, ok.
+
+    With ``exposure``, the cluster-wide ``api_exposure`` check is decided once and reported on the head (the node
+    whose role is head, else the first node): the head is the rank that serves the API.
+    """
     settings.validate()
     if not nodes:
         raise PreflightError("no nodes given")
@@ -836,6 +1055,9 @@ def evaluate(nodes: list[dict[str, Any]], settings: Settings) -> dict[str, Any]:
             for name, d in decisions.items() if d is not None}
     mtu = mtu_checks(mtus, settings.min_mtu) if mtus else {}
 
+    serving = next((n["name"] for n in nodes if n.get("role") == "head"), nodes[0]["name"])
+    exposed = api_exposure_check(exposure, settings.api_port) if exposure is not None else None
+
     reports: dict[str, Any] = {}
     for node in nodes:
         name = node["name"]
@@ -843,6 +1065,8 @@ def evaluate(nodes: list[dict[str, Any]], settings: Settings) -> dict[str, Any]:
         if name in mtu:
             index = next((i + 1 for i, c in enumerate(checks) if c.name == "cx7_interface"), len(checks))
             checks.insert(index, mtu[name])
+        if exposed is not None and name == serving:
+            checks.append(exposed)
         pinned_gid = node.get("gid_index")
         configured = {"cx7_iface": str(node.get("cx7_iface") or ""), "ib_hca": str(node.get("ib_hca") or ""),
                       "gid_index": None if pinned_gid in (None, "") else int(pinned_gid)}

@@ -36,7 +36,8 @@ options:
         (C(docker info --format '{{json .}}')); C(containers) (C(docker inspect) of the running containers);
         C(gpu) (C(nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader));
         C(compute_apps) (C(nvidia-smi --query-compute-apps=pid,process_name,used_memory --format=csv,noheader));
-        C(arch) (C(uname -m)).
+        C(arch) (C(uname -m)); C(secret_files) (the preflight role's read-only C(stat) of every path in
+        C(preflight_secret_paths), the script C(SECRET_FILES_PROBE) of C(module_utils/_preflight.py)).
     type: list
     elements: dict
     required: true
@@ -95,6 +96,49 @@ options:
     description: A CX7 MTU below this warns (a mismatch across nodes fails).
     type: int
     default: 9000
+  exposure:
+    description:
+      - Who can reach the API, from the C(dgxspark_vllm_config) fact. When given, the cluster-wide C(api_exposure)
+        check is decided once and reported on the head (the node whose C(role) is C(head), else the first node).
+      - An API on loopback passes; beyond loopback it passes with an API key, warns without one, and fails without
+        one when O(exposure.require_api_key) is true. The message names the firewall's allowed networks, or says the
+        firewall is off.
+    type: dict
+    suboptions:
+      host:
+        description:
+          - The address the API listens on (C(settings.host)); empty is vLLM's default, every interface.
+          - Ignored for O(exposure.launcher=exl3_kit), whose C(start.sh) always binds C(0.0.0.0).
+        type: str
+        default: ""
+      host_source:
+        description: Where the host came from (C(dgxspark_vllm_config.sources.host)), for the message.
+        type: str
+        default: ""
+      launcher:
+        description: The profile's launcher (C(dgxspark_vllm_config.launcher)).
+        type: str
+        choices: [docker_run, exl3_kit]
+        default: docker_run
+      api_key_set:
+        description: Whether C(dgxspark_vllm_api_key) is set (never the key itself).
+        type: bool
+        default: false
+      require_api_key:
+        description: C(dgxspark_vllm_require_api_key); an API beyond loopback without a key then fails instead of warning.
+        type: bool
+        default: false
+      firewall:
+        description: C(dgxspark_vllm_firewall), whether the collection's firewall limits the API port.
+        type: bool
+        default: true
+      api_allowed_cidrs:
+        description:
+          - C(dgxspark_vllm_api_allowed_cidrs), the networks the firewall admits to the API port; empty means the
+            nodes' management networks.
+        type: list
+        elements: str
+        default: []
 extends_documentation_fragment:
   - dgxspark.vllm.attributes
 attributes:
@@ -122,6 +166,13 @@ EXAMPLES = r"""
     api_port: "{{ dgxspark_vllm_port }}"
     master_port: "{{ dgxspark_vllm_master_port }}"
     lab: "{{ dgxspark_vllm_lab }}"
+    exposure:
+      host: "{{ dgxspark_vllm_config.settings.host | default('') }}"
+      launcher: "{{ dgxspark_vllm_config.launcher }}"
+      api_key_set: "{{ dgxspark_vllm_config.api_key_set }}"
+      require_api_key: "{{ dgxspark_vllm_config.require_api_key }}"
+      firewall: "{{ dgxspark_vllm_config.firewall }}"
+      api_allowed_cidrs: "{{ dgxspark_vllm_config.api_allowed_cidrs }}"
   delegate_to: localhost
   run_once: true
   become: false
@@ -205,6 +256,7 @@ message:
 from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.dgxspark.vllm.plugins.module_utils._preflight import (
+    Exposure,
     PreflightError,
     Settings,
     evaluate,
@@ -228,6 +280,15 @@ def main() -> None:
             "expected_gpu": {"type": "str", "default": "GB10"},
             "expected_arch": {"type": "str", "default": "aarch64"},
             "min_mtu": {"type": "int", "default": 9000},
+            "exposure": {"type": "dict", "options": {
+                "host": {"type": "str", "default": ""},
+                "host_source": {"type": "str", "default": ""},
+                "launcher": {"type": "str", "choices": ["docker_run", "exl3_kit"], "default": "docker_run"},
+                "api_key_set": {"type": "bool", "default": False},
+                "require_api_key": {"type": "bool", "default": False},
+                "firewall": {"type": "bool", "default": True},
+                "api_allowed_cidrs": {"type": "list", "elements": "str", "default": []},
+            }},
         },
         supports_check_mode=True,
     )
@@ -236,8 +297,11 @@ def main() -> None:
         "cx7_subnet", "api_port", "master_port", "container_name", "model_path", "checkpoint_size_bytes",
         "disk_margin_bytes", "mem_available_floor_bytes", "lab", "rdma_skip", "expected_gpu", "expected_arch",
         "min_mtu")})
+    given = params["exposure"]
+    exposure = None if given is None else Exposure(
+        **dict(given, api_allowed_cidrs=tuple(given["api_allowed_cidrs"] or ())))
     try:
-        result = evaluate(params["nodes"], settings)
+        result = evaluate(params["nodes"], settings, exposure)
     except PreflightError as exc:
         module.fail_json(msg="preflight_report: %s" % exc)
     module.exit_json(changed=False, **result)

@@ -5,19 +5,25 @@ from __future__ import annotations
 
 import json
 import os
+import pathlib
+import subprocess
 from typing import Any
 
 import pytest
+import yaml
 
 from ansible_collections.dgxspark.vllm.plugins.module_utils._preflight import (
     FAIL,
     PASS,
+    SECRET_FILES_PROBE,
     SKIPPED,
     WARN,
     Check,
+    Exposure,
     Link,
     PreflightError,
     Settings,
+    api_exposure_check,
     arch_check,
     decide_interface,
     disk_check,
@@ -35,14 +41,17 @@ from ansible_collections.dgxspark.vllm.plugins.module_utils._preflight import (
     parse_ip_addr_json,
     parse_meminfo_available,
     parse_pids,
+    parse_secret_files,
     parse_ss_listeners,
     ping_checks,
     port_checks,
     rdma_checks,
+    secret_files_check,
 )
 from ansible_collections.dgxspark.vllm.plugins.module_utils._rdma import resolve_link
 
 FIXTURES = os.path.join(os.path.dirname(__file__), "..", "..", "..", "fixtures")
+ROLE = pathlib.Path(__file__).resolve().parents[4] / "roles" / "preflight"
 SUBNET = "10.77.1.0/24"
 
 
@@ -148,6 +157,18 @@ def rdma(fixture: str, ip: str, **extra: Any) -> dict[str, Any]:
     return dict(resolve_link(ip, None, os.path.join(FIXTURES, "sysfs", fixture)).to_dict(), changed=False, **extra)
 
 
+# SECRET_FILES_PROBE on a lab node over the role's default paths: nothing there.
+SECRETS_NONE = """\
+pattern\t/var/tmp/cache/huggingface/token
+error\t/var/tmp/cache/huggingface/token\tstat: cannot statx '/var/tmp/cache/huggingface/token': No such file or directory
+pattern\t/var/tmp/cache/huggingface/stored_tokens
+error\t/var/tmp/cache/huggingface/stored_tokens\tstat: cannot statx '/var/tmp/cache/huggingface/stored_tokens': No such file or directory
+pattern\t/run/dgxspark/hf-token*
+pattern\t/opt/dgxspark/exl3-kit/.env
+error\t/opt/dgxspark/exl3-kit/.env\tstat: cannot statx '/opt/dgxspark/exl3-kit/.env': No such file or directory
+"""
+
+
 def lab_node(name: str, **override: Any) -> dict[str, Any]:
     head = name == "lab-head"
     node = {
@@ -166,6 +187,7 @@ def lab_node(name: str, **override: Any) -> dict[str, Any]:
         "gpu": not_found("nvidia-smi"),
         "compute_apps": not_found("nvidia-smi"),
         "arch": "x86_64",
+        "secret_files": cmd(SECRETS_NONE),
     }
     node.update(override)
     return node
@@ -590,6 +612,243 @@ def test_pins_against_detected(pin_hca, pin_gid, expected):
     assert [(c.name, c.status) for c in checks if c.name.startswith("pin.")] == expected
 
 
+# ---------------------------------------------------------------- who can reach the API (api_exposure)
+
+KEYLESS = Exposure(host="0.0.0.0", host_source="profile glm53_flash_nvfp4")
+
+
+@pytest.mark.parametrize(("exposure", "status"), [
+    (Exposure(host="127.0.0.1"), PASS),
+    (Exposure(host="127.0.0.53"), PASS),                            # all of 127.0.0.0/8
+    (Exposure(host="::1"), PASS),
+    (Exposure(host="::ffff:127.0.0.1"), PASS),
+    (Exposure(host="localhost"), PASS),
+    (Exposure(host="127.0.0.1", require_api_key=True), PASS),      # strictness is about what lies beyond loopback
+    (Exposure(host="0.0.0.0", api_key_set=True), PASS),
+    (Exposure(host="0.0.0.0", api_key_set=True, require_api_key=True, firewall=False), PASS),
+    (KEYLESS, WARN),
+    (Exposure(host="::"), WARN),
+    (Exposure(host="10.77.0.11"), WARN),                           # one address, still beyond the node
+    (Exposure(host=""), WARN),                                     # vLLM's default: every interface
+    (Exposure(host="128.0.0.1"), WARN),
+    (Exposure(host="0.0.0.0", require_api_key=True), FAIL),
+    (Exposure(host="0.0.0.0", require_api_key=True, firewall=False), FAIL),
+    (Exposure(host="127.0.0.1", launcher="exl3_kit"), WARN),       # the kit binds 0.0.0.0 whatever settings.host says
+    (Exposure(host="127.0.0.1", launcher="exl3_kit", require_api_key=True), FAIL),
+    (Exposure(host="127.0.0.1", launcher="exl3_kit", api_key_set=True), PASS),
+])
+def test_api_exposure(exposure, status):
+    check = api_exposure_check(exposure, 8000)
+    assert (check.name, check.status) == ("api_exposure", status)
+    assert bool(check.fix) is (status != PASS)
+
+
+def test_api_on_loopback_says_nothing_beyond_the_head_reaches_it():
+    check = api_exposure_check(Exposure(host="::1", host_source="dgxspark_vllm_settings"), 8000)
+    assert check.evidence == ("The API listens on [::1]:8000 (settings.host, from dgxspark_vllm_settings): loopback "
+                              "only, nothing beyond the head reaches it.")
+    assert check.data["loopback"] is True
+
+
+def test_api_without_a_key_warns_naming_the_variables_and_the_firewall():
+    check = api_exposure_check(KEYLESS, 8000)
+    assert check.evidence == (
+        "The API listens on 0.0.0.0:8000 (every interface; settings.host, from profile glm53_flash_nvfp4) without an "
+        "API key (dgxspark_vllm_api_key is unset): the collection's firewall (dgxspark_vllm_firewall) admits port "
+        "8000 only from the management networks of the nodes (dgxspark_vllm_api_allowed_cidrs unset) and the nodes, "
+        "and whoever reaches it can use the model.")
+    assert check.fix.startswith("Set dgxspark_vllm_api_key (from a vault)")
+    assert "dgxspark_vllm_require_api_key: true makes this an error." in check.fix
+    assert "dgxspark_vllm_settings: {host: 127.0.0.1}" in check.fix
+
+
+@pytest.mark.parametrize(("firewall", "cidrs", "text"), [
+    (True, ("192.168.1.0/24", "10.1.0.0/16"),
+     "the collection's firewall (dgxspark_vllm_firewall) admits port 8000 only from 192.168.1.0/24, 10.1.0.0/16 and "
+     "the nodes"),
+    (True, (), "only from the management networks of the nodes (dgxspark_vllm_api_allowed_cidrs unset)"),
+    (False, ("192.168.1.0/24",), "the firewall is off (dgxspark_vllm_firewall: false), so every network that reaches "
+                                 "the head reaches port 8000"),
+])
+@pytest.mark.parametrize("key", [True, False])
+def test_api_exposure_names_what_the_firewall_lets_through(firewall, cidrs, text, key):
+    check = api_exposure_check(Exposure(host="0.0.0.0", api_key_set=key, firewall=firewall, api_allowed_cidrs=cidrs),
+                               8000)
+    assert text in check.evidence
+    assert ("answers only requests that carry dgxspark_vllm_api_key" in check.evidence) is key
+    assert check.data["api_allowed_cidrs"] == list(cidrs)
+
+
+def test_api_exposure_strict_fails_and_says_how_to_relax():
+    check = api_exposure_check(Exposure(host="0.0.0.0", require_api_key=True, firewall=False), 8000)
+    assert check.status == FAIL
+    assert check.evidence.endswith("dgxspark_vllm_require_api_key is true, so an API without a key is refused.")
+    assert "the firewall is off" in check.evidence
+    assert "Set dgxspark_vllm_api_key" in check.fix
+    assert "dgxspark_vllm_require_api_key: false" in check.fix
+
+
+def test_api_exposure_of_the_kit_is_its_own_0_0_0_0_and_offers_no_loopback():
+    check = api_exposure_check(Exposure(host="127.0.0.1", launcher="exl3_kit"), 8888)
+    assert check.evidence.startswith("The API listens on 0.0.0.0:8888 (every interface; the EXL3 kit's start.sh "
+                                     "binds it, whatever the settings say) without an API key")
+    assert "127.0.0.1" not in check.fix
+    assert check.data["host"] == "0.0.0.0"
+
+
+def test_api_exposure_is_decided_once_on_the_head():
+    nodes = [lab_node("lab-worker"), lab_node("lab-head")]
+    result = evaluate(nodes, LAB, Exposure(host="0.0.0.0", require_api_key=True))
+    assert [(f["node"], f["name"]) for f in result["failures"]] == [("lab-head", "api_exposure")]
+    assert "api_exposure" not in statuses(result["reports"]["lab-worker"])
+    assert result["reports"]["lab-head"]["checks"][-1]["name"] == "api_exposure"
+    assert "- lab-head api_exposure: The API listens on 0.0.0.0:8000" in result["message"]
+    warned = evaluate(nodes, LAB, Exposure(host="0.0.0.0"))
+    assert warned["ok"] is True
+    assert statuses(warned["reports"]["lab-head"])["api_exposure"] == WARN
+    assert "  WARN api_exposure" in warned["summary"]
+    assert "fix: Set dgxspark_vllm_api_key" in warned["summary"]
+    # without the exposure settings (the interface-only call) it is not decided at all
+    assert all("api_exposure" not in statuses(r) for r in evaluate(nodes, LAB)["reports"].values())
+
+
+def test_api_exposure_without_a_head_goes_to_the_first_node():
+    result = evaluate([{"name": "a"}, {"name": "b"}], LAB, Exposure(host="127.0.0.1"))
+    assert statuses(result["reports"]["a"]) == {"api_exposure": PASS}
+    assert statuses(result["reports"]["b"]) == {}
+
+
+# ---------------------------------------------------------------- who can read the secrets (secret_files)
+
+def run_secret_probe(*paths: str) -> dict[str, Any]:
+    """SECRET_FILES_PROBE run for real over local files, registered as the command module would."""
+    done = subprocess.run(["bash", "-c", SECRET_FILES_PROBE, "dgxspark-secret-files", *paths], capture_output=True,
+                          text=True, check=False)
+    return cmd(done.stdout, done.returncode, done.stderr)
+
+
+def secret(tmp_path: pathlib.Path, name: str, mode: int) -> str:
+    path = tmp_path / name
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("hf_not_a_real_token\n")
+    path.chmod(mode)
+    return str(path)
+
+
+def test_the_role_runs_the_same_secret_probe():
+    """roles/preflight/tasks/probe.yml carries SECRET_FILES_PROBE verbatim, and its paths are the role's list."""
+    tasks = yaml.safe_load((ROLE / "tasks" / "probe.yml").read_text(encoding="utf-8"))
+    task = next(t for t in tasks if t.get("register") == "__preflight_secret_files")
+    assert task["vars"]["__preflight_secret_probe"] == ["bash", "-c", SECRET_FILES_PROBE, "dgxspark-secret-files"]
+    assert task["ansible.builtin.command"]["argv"] == "{{ __preflight_secret_probe + preflight_secret_paths }}"
+    assert (task["check_mode"], task["changed_when"], task["failed_when"]) == (False, False, False)
+    defaults = yaml.safe_load((ROLE / "defaults" / "main.yml").read_text(encoding="utf-8"))
+    assert defaults["preflight_secret_paths"] == [
+        "{{ dgxspark_vllm_config.hf_home }}/token", "{{ dgxspark_vllm_config.hf_home }}/stored_tokens",
+        "/run/dgxspark/hf-token*", "{{ kit_launch_dir | default('/opt/dgxspark/exl3-kit') }}/.env"]
+
+
+@pytest.mark.parametrize(("mode", "status", "readers"), [
+    (0o600, PASS, ""),
+    (0o400, PASS, ""),
+    (0o700, PASS, ""),
+    (0o644, FAIL, "group and others"),
+    (0o640, FAIL, "group"),
+    (0o604, FAIL, "others"),
+    (0o660, FAIL, "group"),
+    (0o4604, FAIL, "others"),
+])
+def test_secret_file_modes(tmp_path, mode, status, readers):
+    path = secret(tmp_path, "huggingface/token", mode)
+    check = secret_files_check(run_secret_probe(path))
+    assert (check.name, check.status) == ("secret_files", status)
+    assert check.data["files"][0]["mode"] == "%04o" % mode
+    assert check.data["files"][0]["readable_by"] == readers
+    if status == FAIL:
+        assert check.evidence.startswith("%s (mode %04o, " % (path, mode))
+        assert "is readable by %s: it may hold the HF token or the API key." % readers in check.evidence
+        assert check.fix.startswith("`chmod 600 %s` on this node" % path)
+    else:
+        assert "owner only: %s (mode %04o, " % (path, mode) in check.evidence
+
+
+def test_missing_secret_files_pass(tmp_path):
+    check = secret_files_check(run_secret_probe(str(tmp_path / "hf" / "token"), str(tmp_path / "run" / "hf-token*"),
+                                                str(tmp_path / "not-a-dir" / ".env")))
+    assert check.status == PASS
+    assert check.evidence == ("No file that may hold the HF token or the API key is readable by group or others (not "
+                              "there: %s/hf/token, %s/run/hf-token*, %s/not-a-dir/.env)." % ((tmp_path,) * 3))
+    assert check.data["files"] == [] and check.data["errors"] == []
+
+
+def test_a_glob_names_every_token_file_and_each_readable_one_fails(tmp_path):
+    open_one = secret(tmp_path, "run/hf-token.1234", 0o644)
+    closed = secret(tmp_path, "run/hf-token", 0o600)
+    secret(tmp_path, "run/staging.lock", 0o644)            # not a token file: not matched
+    spaced = secret(tmp_path, "kit dir/.env", 0o640)
+    check = secret_files_check(run_secret_probe(str(tmp_path / "run" / "hf-token*"), spaced))
+    assert check.status == FAIL
+    assert sorted(f["path"] for f in check.data["files"]) == sorted([open_one, closed, spaced])
+    assert closed + " (mode" not in check.evidence
+    assert "chmod 600 %s '%s'" % (open_one, spaced) in check.fix   # quoted for the shell
+
+
+def test_a_symlink_is_judged_by_its_target(tmp_path):
+    target = secret(tmp_path, "real-token", 0o600)
+    link = tmp_path / "token"
+    link.symlink_to(target)                                 # the link itself is 0777
+    assert secret_files_check(run_secret_probe(str(link))).status == PASS
+    os.chmod(target, 0o644)
+    assert secret_files_check(run_secret_probe(str(link))).status == FAIL
+
+
+def test_a_directory_is_not_judged(tmp_path):
+    folder = tmp_path / "hf-token.d"
+    folder.mkdir(mode=0o755)
+    check = secret_files_check(run_secret_probe(str(folder)))
+    assert check.status == PASS
+    assert "not a regular file, not judged: %s (directory)" % folder in check.evidence
+
+
+def test_parse_secret_files():
+    found = parse_secret_files(SECRETS_NONE + "pattern\t/x/token\nfile\t644\troot\troot\tregular file\t/x/token\n")
+    assert [pattern for pattern, _files in found] == [
+        "/var/tmp/cache/huggingface/token", "/var/tmp/cache/huggingface/stored_tokens", "/run/dgxspark/hf-token*",
+        "/opt/dgxspark/exl3-kit/.env", "/x/token"]
+    assert found[2][1] == []
+    assert found[0][1][0].absent is True
+    token = found[4][1][0]
+    assert (token.path, token.mode, token.owner, token.readers, token.regular) == (
+        "/x/token", 0o644, "root", "group and others", True)
+    with pytest.raises(PreflightError, match="before any path"):
+        parse_secret_files("file\t600\troot\troot\tregular file\t/x\n")
+
+
+@pytest.mark.parametrize(("probe", "text"), [
+    (cmd("pattern\t/root/.cache/huggingface/token\nerror\t/root/.cache/huggingface/token\tstat: cannot statx "
+         "'/root/.cache/huggingface/token': Permission denied\n"), "Permission denied"),
+    (cmd(rc=127, stderr="bash: not found"), "failed (rc 127): bash: not found"),
+    (cmd("pattern\t/x\nfile\trw-r--r--\troot\troot\tregular file\t/x\n"), "unreadable line"),
+])
+def test_secret_files_unknown_warn(probe, text):
+    check = secret_files_check(probe)
+    assert check.status == WARN
+    assert text in check.evidence
+    assert check.fix
+
+
+def test_secret_files_fail_on_their_node_only():
+    exposed = cmd("pattern\t/var/tmp/cache/huggingface/token\n"
+                  "file\t644\troot\troot\tregular file\t/var/tmp/cache/huggingface/token\n")
+    result = evaluate([lab_node("lab-head"), lab_node("lab-worker", secret_files=exposed)], LAB)
+    assert [(f["node"], f["name"]) for f in result["failures"]] == [("lab-worker", "secret_files")]
+    assert result["failures"][0]["evidence"] == (
+        "/var/tmp/cache/huggingface/token (mode 0644, root:root) is readable by group and others: it may hold the HF "
+        "token or the API key.")
+    assert "`chmod 600 /var/tmp/cache/huggingface/token` on this node" in result["message"]
+    assert statuses(result["reports"]["lab-head"])["secret_files"] == PASS
+
+
 # ---------------------------------------------------------------- the whole run
 
 def test_lab_run_passes_and_detects_per_node():
@@ -603,9 +862,10 @@ def test_lab_run_passes_and_detects_per_node():
     assert statuses(head) == {
         "cx7_ip": PASS, "cx7_interface": PASS, "cx7_mtu": PASS, "cx7_subnet": PASS, "rdma": PASS,
         "ping.lab-worker": PASS, "port.8000": PASS, "port.29521": PASS, "disk": PASS, "memory": PASS,
-        "docker": PASS, "gpu_runtime": SKIPPED, "gpu": SKIPPED, "arch": SKIPPED, "gpu_free": PASS}
+        "docker": PASS, "gpu_runtime": SKIPPED, "gpu": SKIPPED, "arch": SKIPPED, "gpu_free": PASS,
+        "secret_files": PASS}
     assert [c["name"] for c in head["checks"]][:3] == ["cx7_ip", "cx7_interface", "cx7_mtu"]
-    assert head["counts"] == {PASS: 12, FAIL: 0, WARN: 0, SKIPPED: 3}
+    assert head["counts"] == {PASS: 13, FAIL: 0, WARN: 0, SKIPPED: 3}
     assert (head["schema"], head["node"], head["role"], head["ok"]) == (1, "lab-head", "head", True)
     assert head["effective"] == result["detected"]["lab-head"]
     assert json.loads(json.dumps(result)) == result  # the report is plain JSON
@@ -672,7 +932,7 @@ def test_every_problem_on_every_node_at_once():
 def test_summary_lists_every_check_with_fixes():
     result = evaluate([lab_node("lab-head", listeners=cmd(SS_HTTP_SERVER)), lab_node("lab-worker")], LAB)
     lines = result["summary"].splitlines()
-    assert lines[0] == "preflight: 2 node(s), 23 passed, 1 failed, 0 warnings, 6 skipped"
+    assert lines[0] == "preflight: 2 node(s), 25 passed, 1 failed, 0 warnings, 6 skipped"
     assert "lab-head (head): CX7 enp1s0f1np1, NCCL_IB_HCA rocep1s0f1,roceP2p1s0f1, GID index 3" in lines
     assert any(line.startswith("  FAIL port.8000") for line in lines)
     assert any(line.strip().startswith("fix: Stop that process") for line in lines)
