@@ -74,22 +74,15 @@ source:
   type: str
 """
 
-import json
-
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.dgxspark.vllm.plugins.module_utils._firewall import ARGUMENT_SPEC, FirewallError, plan
+from ansible_collections.dgxspark.vllm.plugins.module_utils._firewall import ARGUMENT_SPEC
 
 
 def main() -> None:
     module = AnsibleModule(argument_spec=ARGUMENT_SPEC, supports_check_mode=True)
-    try:
-        addresses = {host: json.loads(listing) if isinstance(listing, str) else listing
-                     for host, listing in module.params["addresses"].items()}
-        result = plan(module.params["config"], addresses, module.params["reached"])
-    except (FirewallError, KeyError, ValueError) as exc:
-        module.fail_json(msg=f"the firewall cannot be planned: {exc}")
-    module.exit_json(changed=False, **result)
+    module.fail_json(msg="dgxspark.vllm.firewall_plan runs on the controller through its action plugin; "
+                         "call it as a task (not through ansible.builtin.command or a module runner)")
 
 
 if __name__ == "__main__":
