@@ -211,6 +211,8 @@ _DERIVED: Mapping[str, str] = MappingProxyType({
 })
 # Never written into .env by this module: pass them in the environment of the ./start.sh task (no_log).
 SECRET_KEYS = frozenset({"HF_TOKEN", "GHCR_TOKEN", "VLLM_API_KEY"})
+# The collection's variable for each secret the kit_launch role hands to ./start.sh.
+_SECRET_VARIABLES = {"VLLM_API_KEY": "dgxspark_vllm_api_key", "HF_TOKEN": "dgxspark_vllm_hf_token"}
 
 # Settings the collection renders into a kit key (optional: unset, the key keeps the kit default). While one is
 # given, settings.env must not set its key. MODEL_CACHE_NAME follows `model` (the kit's own default folder).
@@ -549,9 +551,11 @@ def _env(raw: Any) -> Mapping[str, str]:
     out: dict[str, str] = {}
     for key, value in raw.items():
         if key in SECRET_KEYS:
-            raise KitError(f"settings.env must not set {key}: it is a secret and this file is plain text; pass it "
-                           "in the environment of the ./start.sh task instead (start.sh keeps a caller's value "
-                           "when .env does not set it)")
+            instead = _SECRET_VARIABLES.get(key)
+            raise KitError(f"settings.env must not set {key}: it is a secret and this file is plain text; " + (
+                f"set {instead} instead, which the kit_launch role hands to ./start.sh through a 0600 file that "
+                "the start reads and removes (start.sh keeps a caller's value when .env does not set it)"
+                if instead else "the collection stages the image itself (log the nodes in to the registry)"))
         if key in _DERIVED:
             raise KitError(f"settings.env must not set {key}: it is rendered from {_DERIVED[key]}")
         if key not in _LINE:

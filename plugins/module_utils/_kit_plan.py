@@ -31,8 +31,11 @@ HF_CACHE = "/.cache/huggingface"
 """Where, under the kit user's home, start.sh reads the worker's weights (start.sh:328)."""
 SKIP_STAGED: dict[str, str] = {"SKIP_PULL": "1", "SKIP_SHIP": "1", "SKIP_DOWNLOAD": "1", "SKIP_SYNC": "1"}
 """start.sh's switches when the collection staged the image and the weights on both nodes."""
-START_COMMAND = 'mkdir -p logs && exec ./start.sh start >"$0" 2>&1'
-"""How start.sh runs on the head: its output goes to the log named by $0."""
+START_COMMAND = ('mkdir -p logs && if [ -n "$1" ]; then set -a && . "$1" && set +a && rm -f -- "$1"; fi'
+                 ' && exec ./start.sh start >"$0" 2>&1')
+"""How start.sh runs on the head: its output goes to the log named by $0; the secrets (the API key, the HF token)
+come from the 0600 file named by $1, sourced with set -a and removed before start.sh starts (none when $1 is
+empty), so that they are neither on a command line nor in the task's environment, which Ansible prints at -vvv."""
 NOTHING_TO_START = "nothing to start: both ranks run the rendered .env"
 ALREADY_RUNNING = "already running, unchanged"
 
@@ -59,6 +62,7 @@ ARGUMENT_SPEC: dict[str, Any] = dict(
     poll_interval=dict(type="int"),
     finish_timeout=dict(type="int"),
     api_timeout=dict(type="int"),
+    secrets_file=dict(type="str", default="", no_log=False),   # a path, not the secret
 )
 PREPARE_INPUTS: tuple[str, ...] = ("passwd", "group", "described")
 DECIDE_INPUTS: tuple[str, ...] = ("states", "kit_commit", "kit_dir", "log", "budgets", "poll_interval",
@@ -259,16 +263,18 @@ def budget_total(budgets: Mapping[str, Any]) -> int:
 
 
 def start_env(container: str, budgets: Mapping[str, Any], collection_staged: bool) -> dict[str, str]:
-    """start.sh's environment, secrets aside (the role adds the API key and the HF token, hidden from logs)."""
+    """start.sh's environment, secrets aside (start_argv sources them from the role's 0600 secrets file)."""
     env = {"CONTAINER_HEAD": container, "CONTAINER_WORKER": container, "READY_TIMEOUT": str(budget_total(budgets))}
     if collection_staged:
         env.update(SKIP_STAGED)
     return env
 
 
-def start_argv(unset_in_caller: Sequence[str], log: str) -> list[str]:
-    """start.sh's command line on the head: without the caller's exports that would override .env, output to log."""
-    return ["env"] + [f"--unset={name}" for name in unset_in_caller] + ["bash", "-c", START_COMMAND, log]
+def start_argv(unset_in_caller: Sequence[str], log: str, secrets_file: str = "") -> list[str]:
+    """start.sh's command line on the head: without the caller's exports that would override .env, output to log,
+    the secrets sourced from secrets_file (when given)."""
+    return (["env"] + [f"--unset={name}" for name in unset_in_caller]
+            + ["bash", "-c", START_COMMAND, log, secrets_file])
 
 
 def timing(budgets: Mapping[str, Any], poll_interval: int, finish_timeout: int, api_timeout: int) -> dict[str, int]:
@@ -283,7 +289,8 @@ def timing(budgets: Mapping[str, Any], poll_interval: int, finish_timeout: int, 
 def decide(config: Mapping[str, Any], head: str, worker: str, states: Mapping[str, Any], record: Mapping[str, Any],
            git: Mapping[str, Any], rendered: Mapping[str, Any], settings: Mapping[str, Any]) -> dict[str, Any]:
     """What the role needs once the kit's state is read (see the module docstring). settings: kit_commit, kit_dir,
-    log, collection_staged, budgets, poll_interval, finish_timeout, api_timeout (the role's variables)."""
+    log, collection_staged, budgets, poll_interval, finish_timeout, api_timeout (the role's variables) and
+    secrets_file (optional)."""
     user = str(config["kit_user"])
     kit_commit = git["after"] if "after" in git else settings["kit_commit"]
     now_running = running(states)
@@ -301,7 +308,9 @@ def decide(config: Mapping[str, Any], head: str, worker: str, states: Mapping[st
         "kit_commit": kit_commit,
         "preview": preview(start, reason, settings["kit_dir"], head, worker, user, config["port"]),
         "outcome": outcome(start, reason),
-        "start": {"argv": start_argv(rendered.get("unset_in_caller") or [], settings["log"]),
+        "start": {"argv": start_argv(rendered.get("unset_in_caller") or [], settings["log"],
+                                     settings.get("secrets_file") or ""),
+                  "secrets_file": settings.get("secrets_file") or "",
                   "env": start_env(str(config["container_name"]), settings["budgets"], settings["collection_staged"]),
                   "async_seconds": times["async_seconds"], "finish_retries": times["finish_retries"]},
         "api_retries": times["api_retries"],

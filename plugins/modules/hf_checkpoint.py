@@ -55,9 +55,21 @@ options:
     type: str
     default: ""
   token:
-    description: Hub access token for gated or private repositories. Never returned or logged.
+    description:
+      - Hub access token for gated or private repositories. Never returned or logged.
+      - Not for a task run with C(async) - Ansible writes an async task's arguments into the job's files on the
+        node; give such a task O(token_file) instead.
     type: str
     default: ""
+  token_file:
+    description:
+      - A file that holds the hub access token, for example one written by M(dgxspark.vllm.secret_file). Only its
+        path is an argument, so the token is in none of the files Ansible writes for the task (an async job's
+        module and result files included).
+      - The file must be a regular file of mode C(0600) or stricter, owned by the user the module runs as or root;
+        any other is refused with a message that names the fix. Surrounding whitespace is dropped.
+      - Mutually exclusive with O(token).
+    type: path
   download:
     description: Download what is missing or wrong. False only verifies and reports.
     type: bool
@@ -103,7 +115,8 @@ attributes:
     support: full
     details: A second run finds a valid stamp, downloads nothing and reports no change.
 notes:
-  - The token is sent only to O(endpoint), in an C(Authorization) header. It is not written anywhere.
+  - The token (O(token), or read from O(token_file)) is sent only to O(endpoint), in an C(Authorization) header. It
+    is not written anywhere and is masked in anything the module returns.
   - A bit flip that keeps a file's size and modification time is caught only by O(verify=full).
 seealso:
   - name: Hugging Face Hub download guide
@@ -120,6 +133,15 @@ EXAMPLES = r"""
     token: "{{ dgxspark_vllm_hf_token }}"
   register: staged
   no_log: "{{ dgxspark_vllm_secure_logging }}"
+
+- name: The same in the background, the token read from a root-only file (never an argument of the async job)
+  dgxspark.vllm.hf_checkpoint:
+    repo: RedHatAI/GLM-5.3-Flash-NVFP4
+    local_dir: /var/tmp/models/GLM-5.3-Flash-NVFP4-redhat
+    token_file: /run/dgxspark/hf-token-checkpoint
+  async: 86400
+  poll: 0
+  register: staging_job
 
 - name: Verify a copy received from the head against the head's manifest (no hub access)
   dgxspark.vllm.hf_checkpoint:
@@ -227,6 +249,7 @@ from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.dgxspark.vllm.plugins.module_utils import _hub_stage as hs
 from ansible_collections.dgxspark.vllm.plugins.module_utils import _manifest as mf
+from ansible_collections.dgxspark.vllm.plugins.module_utils import _secret_file as sf
 
 
 def main() -> None:
@@ -239,6 +262,7 @@ def main() -> None:
             cache_dir=dict(type="path"),
             endpoint=dict(type="str", default=""),
             token=dict(type="str", default="", no_log=True),
+            token_file=dict(type="path", no_log=False),   # a path, not the secret
             download=dict(type="bool", default=True),
             verify=dict(type="str", choices=["quick", "full"], default="quick"),
             manifest=dict(type="dict"),
@@ -248,13 +272,22 @@ def main() -> None:
             min_free_bytes=dict(type="int", default=1 << 30),
         ),
         required_if=[("layout", "local_dir", ["local_dir"]), ("layout", "hf_cache", ["cache_dir"])],
+        mutually_exclusive=[("token", "token_file")],
         supports_check_mode=True,
     )
     p = module.params
+    token = p["token"] or None
+    if p["token_file"]:
+        try:
+            token = sf.read_secret(p["token_file"]) or None
+        except sf.SecretFileError as exc:
+            module.fail_json(msg="token_file: %s" % exc)
+    if token:
+        module.no_log_values.add(token)   # masked in every message and result, as the token option is
     try:
         given = mf.manifest_from_dict(p["manifest"]) if p["manifest"] else None
         out = hs.stage(repo=p["repo"], revision=p["revision"], layout_kind=p["layout"], local_dir=p["local_dir"],
-                       cache_dir=p["cache_dir"], endpoint=p["endpoint"] or None, token=p["token"] or None,
+                       cache_dir=p["cache_dir"], endpoint=p["endpoint"] or None, token=token,
                        download=p["download"], full_verify=p["verify"] == "full", check_mode=module.check_mode,
                        allow_denylisted=p["allow_denylisted"], manifest=given, progress_path=p["progress_path"],
                        progress_interval=p["progress_interval"], min_free_bytes=p["min_free_bytes"])

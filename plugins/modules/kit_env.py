@@ -33,8 +33,9 @@ options:
         C(accept_noncommercial_drafter), C(allow_high_gpu_memory_utilization), and the collection's values
         C(image), C(model), C(model_revision), C(drafter), C(served_model_name), C(port), C(master_port),
         C(hf_home), C(worker_user), C(worker_home) (each rendered into its kit key; unset keeps the kit default).
-      - Secrets (C(HF_TOKEN), C(GHCR_TOKEN), C(VLLM_API_KEY)) are refused - pass them in the environment of the
-        C(./start.sh) task.
+      - Secrets (C(HF_TOKEN), C(GHCR_TOKEN), C(VLLM_API_KEY)) are refused - this file is plain configuration; the
+        kit_launch role hands them to C(./start.sh) through a 0600 file its start sources and removes
+        (M(dgxspark.vllm.kit_launch_plan) O(dgxspark.vllm.kit_launch_plan#module:secrets_file)).
     type: dict
     required: true
   node:

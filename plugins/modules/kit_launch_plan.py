@@ -104,6 +104,14 @@ options:
   api_timeout:
     description: Seconds to wait for the head's C(/v1/models) (C(kit_launch_api_timeout)).
     type: int
+  secrets_file:
+    description:
+      - A file on the head, mode C(0600) and the kit user's (M(dgxspark.vllm.secret_file) with O(dgxspark.vllm.secret_file#module:env)),
+        that sets the secrets C(./start.sh) needs (C(VLLM_API_KEY), C(HF_TOKEN)). The start's argv sources it with
+        C(set -a) and removes it before C(./start.sh) runs, so the secrets are neither on a command line nor in
+        the task's environment (which Ansible prints with C(-vvv)). Empty - no secrets.
+    type: str
+    default: ""
 notes:
   - O(passwd) needs O(group) and O(described); O(states) needs O(kit_commit), O(kit_dir), O(log), O(budgets),
     O(poll_interval), O(finish_timeout) and O(api_timeout). At least one of O(passwd) and O(states) is given.
@@ -199,6 +207,7 @@ start:
   description:
     - C(./start.sh)'s C(argv), its C(env) (secrets aside), the background job's bound C(async_seconds) and the polls
       of its end C(finish_retries).
+    - C(secrets_file) is O(secrets_file) as given (the argv sources it; empty - none).
   returned: when O(states) is given
   type: dict
 api_retries:

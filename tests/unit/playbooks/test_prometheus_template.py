@@ -157,10 +157,8 @@ def test_values_with_yaml_syntax_stay_values(tmp_path: Path, extra: dict[str, An
 
 def test_key_file_task_is_private_and_quiet() -> None:
     key_task = task("Write the API key for Prometheus (mode 0600, read through credentials_file)")
-    copy = key_task["ansible.builtin.copy"]
-    assert copy["mode"] == "0600"
-    assert copy["content"] == "{{ dgxspark_vllm_api_key }}"
-    assert copy["dest"] == "{{ prometheus_key_file }}"
+    write = key_task["dgxspark.vllm.secret_file"]   # mode 0600 from its creation, no temporary copy
+    assert write == {"path": "{{ prometheus_key_file }}", "content": "{{ dgxspark_vllm_api_key }}"}
     assert key_task["no_log"] == "{{ dgxspark_vllm_config.secure_logging and dgxspark_vllm_api_key | length > 0 }}"
     assert key_task["diff"] is False
     assert "dgxspark_vllm_config.api_key_set" in key_task["when"]

@@ -12,6 +12,7 @@ import pytest
 from ansible.errors import AnsibleActionFail
 
 from ansible_collections.dgxspark.vllm.plugins.action.kit_launch_plan import ActionModule
+from ansible_collections.dgxspark.vllm.plugins.module_utils._kit_plan import START_COMMAND
 from ansible_collections.dgxspark.vllm.plugins.modules import kit_launch_plan
 from helpers.action_runner import run_action
 from helpers.module_runner import ModuleFail, run_module
@@ -76,9 +77,11 @@ def test_after_the_kit_state_is_read_then_with_its_record() -> None:
     assert not first.get("failed") and first["changed"] is False
     assert (first["restart"], first["why"]) == (True, "no record of the last start")
     assert first["running"] == {HEAD: "c1", WORKER: "c2"}
-    assert first["start"]["argv"] == ["env", "--unset=IMAGE", "bash", "-c",
-                                      'mkdir -p logs && exec ./start.sh start >"$0" 2>&1',
-                                      "/opt/dgxspark/exl3-kit/logs/dgxspark-start.log"]
+    assert first["start"]["argv"] == ["env", "--unset=IMAGE", "bash", "-c", START_COMMAND,
+                                      "/opt/dgxspark/exl3-kit/logs/dgxspark-start.log", ""]
+    assert first["start"]["secrets_file"] == ""
+    with_secrets = run_action(ActionModule, _after(secrets_file="/run/dgxspark-kit/start.env"))
+    assert with_secrets["start"]["argv"][-1] == with_secrets["start"]["secrets_file"] == "/run/dgxspark-kit/start.env"
     assert first["start"]["env"]["SKIP_SYNC"] == "1" and "VLLM_API_KEY" not in first["start"]["env"]
     assert first["api_retries"] == 60 and "accounts" not in first
     content = json.dumps({"wanted": first["wanted"], "containers": first["running"], "started": "2025-01-01T00:00:00"})

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import base64
 import json
+import os
+import subprocess
 from typing import Any
 
 import pytest
@@ -36,6 +38,7 @@ from ansible_collections.dgxspark.vllm.plugins.module_utils._kit_plan import (
     wanted,
     why,
 )
+from ansible_collections.dgxspark.vllm.plugins.module_utils._secret_file import render_env, write_secret
 
 HEAD, WORKER = "spark-a", "spark-b"
 USER = "spark"
@@ -240,9 +243,37 @@ def test_start_env_and_argv() -> None:
     assert start_env("c", {"a": "10", "b": 5}, False) == {"CONTAINER_HEAD": "c", "CONTAINER_WORKER": "c",
                                                           "READY_TIMEOUT": "15"}
     assert start_argv(["HF_HOME", "IMAGE"], "/kit/logs/x.log") == [
-        "env", "--unset=HF_HOME", "--unset=IMAGE", "bash", "-c", 'mkdir -p logs && exec ./start.sh start >"$0" 2>&1',
-        "/kit/logs/x.log"]
+        "env", "--unset=HF_HOME", "--unset=IMAGE", "bash", "-c",
+        'mkdir -p logs && if [ -n "$1" ]; then set -a && . "$1" && set +a && rm -f -- "$1"; fi'
+        ' && exec ./start.sh start >"$0" 2>&1', "/kit/logs/x.log", ""]
     assert start_argv([], "l")[:2] == ["env", "bash"]
+    assert start_argv([], "l", "/run/dgxspark-kit/start.env")[-2:] == ["l", "/run/dgxspark-kit/start.env"]
+
+
+def _start_sh(kit, secrets_file: str, environ: dict[str, str]) -> subprocess.CompletedProcess:
+    """Run the planned argv against a stand-in start.sh that prints what it was given."""
+    start = kit / "start.sh"
+    start.write_text('#!/bin/sh\nprintf "%s|%s|%s\\n" "$1" "${VLLM_API_KEY-unset}" "${HF_TOKEN-unset}"\n')
+    start.chmod(0o755)
+    return subprocess.run(start_argv(["HF_HOME"], str(kit / "logs" / "start.log"), secrets_file), cwd=kit,
+                          env=environ, capture_output=True, text=True, check=False)
+
+
+def test_start_argv_sources_the_secrets_file_then_removes_it(tmp_path):
+    kit = tmp_path / "kit"
+    kit.mkdir()
+    secrets = tmp_path / "start.env"
+    write_secret(str(secrets), render_env({"VLLM_API_KEY": "k'ey $x", "HF_TOKEN": "hf_1"}))
+    done = _start_sh(kit, str(secrets), {"PATH": os.environ["PATH"], "HF_HOME": "/caller"})
+    assert done.returncode == 0, done.stderr
+    assert (kit / "logs" / "start.log").read_text() == "start|k'ey $x|hf_1\n"
+    assert not secrets.exists()
+    # no file given: start.sh gets no secrets; a file that is gone: the start fails before start.sh runs
+    assert _start_sh(kit, "", {"PATH": os.environ["PATH"]}).returncode == 0
+    assert (kit / "logs" / "start.log").read_text() == "start|unset|unset\n"
+    (kit / "logs" / "start.log").unlink()
+    assert _start_sh(kit, str(secrets), {"PATH": os.environ["PATH"]}).returncode != 0
+    assert not (kit / "logs" / "start.log").exists()
 
 
 @pytest.mark.parametrize("budgets, poll, finish, api, expected", [
@@ -276,6 +307,7 @@ def test_decide_starts_without_a_record_and_then_keeps_what_runs() -> None:
     assert first["preview"].startswith("would run ./start.sh in /opt/dgxspark/exl3-kit on spark-a as spark (no record")
     assert first["outcome"] == "started (no record of the last start)"
     assert first["start"]["argv"][:2] == ["env", "--unset=IMAGE"]
+    assert first["start"]["argv"][-1] == first["start"]["secrets_file"] == ""
     assert first["start"]["env"]["READY_TIMEOUT"] == "6000"
     assert (first["start"]["async_seconds"], first["start"]["finish_retries"], first["api_retries"]) == (6900, 450, 60)
     # the record the role writes after that start: the next run changes nothing

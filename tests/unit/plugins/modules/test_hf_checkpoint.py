@@ -82,6 +82,38 @@ def test_download_verify_then_rerun_downloads_nothing(lab, repos, tmp_path):
     assert body_bytes(lab) == served                          # nothing downloaded
 
 
+def test_token_from_a_private_file(lab, tmp_path):
+    token_file = tmp_path / "hf-token"
+    token_file.write_text("tok\n")
+    token_file.chmod(0o600)
+    base = {k: v for k, v in args(lab, tmp_path / "m").items() if k != "token"}
+    result = run_module(hf_checkpoint.main, dict(base, token_file=str(token_file)))   # the lab hub wants "tok"
+    assert result["complete"] and result["downloaded"]
+
+
+def test_token_file_readable_by_others_is_refused_before_the_hub_is_asked(lab, tmp_path):
+    token_file = tmp_path / "hf-token"
+    token_file.write_text("tok")
+    token_file.chmod(0o644)
+    base = {k: v for k, v in args(lab, tmp_path / "m").items() if k != "token"}
+    with pytest.raises(ModuleFail, match=rf"token_file: {token_file} has mode 0644: group or others can use it"):
+        run_module(hf_checkpoint.main, dict(base, token_file=str(token_file)))
+    assert lab.stats()["requests"] == []
+    with pytest.raises(ModuleFail, match="parameters are mutually exclusive: token|token_file"):
+        run_module(hf_checkpoint.main, dict(base, token="tok", token_file=str(token_file)))
+
+
+def test_wrong_token_from_the_file_fails_and_is_not_shown(lab, tmp_path):
+    token_file = tmp_path / "hf-token"
+    token_file.write_text("not-the-lab-token")
+    token_file.chmod(0o600)
+    base = {k: v for k, v in args(lab, tmp_path / "m").items() if k != "token"}
+    with pytest.raises(ModuleFail) as err:
+        run_module(hf_checkpoint.main, dict(base, token_file=str(token_file)))
+    assert "cannot read lab/random@main" in err.value.result["msg"]
+    assert "not-the-lab-token" not in json.dumps(err.value.result)
+
+
 def test_corrupted_file_is_refetched(lab, tmp_path):
     dest = tmp_path / "m"
     run_module(hf_checkpoint.main, args(lab, dest))
