@@ -745,7 +745,8 @@ def test_the_role_runs_the_same_secret_probe():
     defaults = yaml.safe_load((ROLE / "defaults" / "main.yml").read_text(encoding="utf-8"))
     assert defaults["preflight_secret_paths"] == [
         "{{ dgxspark_vllm_config.hf_home }}/token", "{{ dgxspark_vllm_config.hf_home }}/stored_tokens",
-        "/run/dgxspark/hf-token*", "{{ kit_launch_dir | default('/opt/dgxspark/exl3-kit') }}/.env"]
+        "/run/dgxspark/hf-token*", "/run/dgxspark-kit/start.env",
+        "{{ kit_launch_dir | default('/opt/dgxspark/exl3-kit') }}/.env"]
 
 
 @pytest.mark.parametrize(("mode", "status", "readers"), [
