@@ -2,8 +2,9 @@
 # GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
 """Action plugin for dgxspark.vllm.cluster_config: resolve and check the whole cluster's configuration.
 
-Runs in the controller's process and never touches a node. It reads, for every host of spark_head and
-spark_workers, the ``dgxspark_vllm_*`` variables the inventory and extra vars give it (hostvars: no role
+Runs in the controller's process and never touches a node. It picks this run's cluster (the whole of
+spark_head and spark_workers, or, when the inventory names its clusters in ``dgxspark_vllm_clusters``, the one
+cluster group this run's hosts are in), reads, for every host of it, the ``dgxspark_vllm_*`` variables the inventory and extra vars give it (hostvars: no role
 defaults), resolves them with the profile (module_utils/_config.py) and publishes the ``dgxspark_vllm_config``
 fact, or fails listing every problem.
 """
@@ -20,6 +21,7 @@ from ansible_collections.dgxspark.vllm.plugins.module_utils._config import (
     describe_sources,
     parse_bool,
     resolve,
+    select_cluster,
 )
 from ansible_collections.dgxspark.vllm.plugins.module_utils._profiles import plain
 from ansible_collections.dgxspark.vllm.plugins.plugin_utils._controller_action import (
@@ -52,10 +54,24 @@ class ActionModule(ControllerAction):
     def run_task(self, params: dict[str, Any], check_mode: bool, diff: bool) -> dict[str, Any]:
         task_vars = self._task_vars
         groups = task_vars.get("groups", {})
-        head = list(groups.get(params["head_group"], []))
-        workers = list(groups.get(params["workers_group"], []))
         hostvars = task_vars["hostvars"]
         problems: list[str] = []
+        name = PREFIX + "clusters"
+        declared: dict[str, Any] = {}   # each head and worker of the inventory that sets it -> its value
+        for host in dict.fromkeys([*groups.get(params["head_group"], []), *groups.get(params["workers_group"], [])]):
+            if name in hostvars[host]:
+                declared[host] = self._read(hostvars, host, [name], problems).get(name)
+        if problems:
+            raise ControllerTaskError(f"the inventory's {name} cannot be read: {'; '.join(problems)}")
+        try:
+            cluster = select_cluster(groups, declared, list(task_vars.get("ansible_play_hosts_all", [])),
+                                     params["head_group"], params["workers_group"])
+        except ConfigError as exc:
+            listed = "\n".join(f"- {problem}" for problem in exc.problems)
+            raise ControllerTaskError(
+                f"the inventory's clusters have {len(exc.problems)} problem(s); nothing was started, pulled or "
+                f"downloaded. Fix every one of them:\n{listed}", problems=exc.problems) from exc
+        head, workers = cluster.head, cluster.workers
         read: dict[str, dict[str, Any]] = {}
         for host in dict.fromkeys(head + workers):
             names = [name for name in hostvars[host] if name.startswith(PREFIX)]
@@ -81,7 +97,7 @@ class ActionModule(ControllerAction):
                                                    if name in hostvars[head[0]]], problems)
         try:
             builtin = builtin_profile_data()
-            inputs = Inputs(hostvars=read, head=head, workers=workers, builtin_profiles=builtin,
+            inputs = Inputs(hostvars=read, head=head, workers=workers, builtin_profiles=builtin, cluster=cluster.name,
                             ansible_user=extra.get("ansible_user"),
                             allow_denylisted=parse_bool(str(extra.get("checkpoint_allow_denylisted", False))) is True)
             if problems:

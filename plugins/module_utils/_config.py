@@ -98,6 +98,8 @@ VARIABLES: Mapping[str, Variable] = {var.name: var for var in (
     _v("firewall", kind="bool", example="true"),
     _v("api_allowed_cidrs", kind="cidrs", example="[192.168.1.0/24]"),
     _v("require_api_key", kind="bool", example="true"),
+    # Read by select_cluster (every host of the inventory must give the same list), not by resolve.
+    _v("clusters", scope="inventory", kind="names", example="[pair_a, pair_b]"),
 )}
 # Variables the collection sets itself as facts (never inventory input).
 FACT_NAMES = frozenset({FACT, "dgxspark_vllm_detected_cx7_iface", "dgxspark_vllm_detected_ib_hca",
@@ -138,6 +140,17 @@ class Inputs:
     builtin_profiles: Mapping[str, Any]
     ansible_user: str | None = None
     allow_denylisted: bool = False
+    cluster: str = ""      # the cluster's group when the inventory declares dgxspark_vllm_clusters, else ""
+
+
+@dataclass(frozen=True)
+class Cluster:
+    """The cluster one run serves: its group's name ("" when the inventory holds one cluster), its head (one
+    host of spark_head) and its workers (its hosts of spark_workers, in that group's order)."""
+
+    name: str
+    head: list[str]
+    workers: list[str]
 
 
 def _show(value: Any) -> str:
@@ -163,13 +176,81 @@ def _hosts(inputs: Inputs) -> list[str]:
     return list(dict.fromkeys(list(inputs.head) + list(inputs.workers)))
 
 
+def select_cluster(groups: Mapping[str, Sequence[str]], declared: Mapping[str, Any], play_hosts: Sequence[str],
+                   head_group: str = "spark_head", workers_group: str = "spark_workers") -> Cluster:
+    """The cluster of this run's hosts, or ConfigError.
+
+    ``declared``: each host of the head and workers groups -> its ``dgxspark_vllm_clusters`` (missing when unset).
+    Unset everywhere: one cluster, the whole of both groups. Set: a list of group names, the same on every host;
+    every head and worker is in exactly one of them, and this run's hosts are in one cluster only (``--limit``).
+    """
+    head_all = list(groups.get(head_group, []))
+    workers_all = list(groups.get(workers_group, []))
+    members = list(dict.fromkeys(head_all + workers_all))
+    values = {repr(value): value for host, value in declared.items() if host in members}
+    if not values or set(values) == {repr(_MISSING)} or set(values) == {repr(None)}:
+        return Cluster(name="", head=head_all, workers=workers_all)
+    full = PREFIX + "clusters"
+    example = _fix(full, VARIABLES["clusters"].example)
+    if len(values) > 1:
+        shown = "; ".join(f"{host}: {_show(value)}" for host, value in declared.items() if host in members)
+        raise ConfigError([f"{full} differs between hosts ({shown}): it names every cluster of the inventory, so "
+                           f"set it once for all of them (group_vars/spark_cluster.yml or all.yml; e.g. {example})"])
+    names = next(iter(values.values()))
+    if (isinstance(names, str) or not isinstance(names, Sequence) or not names
+            or not all(isinstance(name, str) and name for name in names)):
+        raise ConfigError([f"{full} must be a list of the inventory groups that are clusters, got {names!r} "
+                           f"(e.g. {example})"])
+    problems: list[str] = []
+    for name in names:
+        if name in (head_group, workers_group) or name not in groups:
+            close = difflib.get_close_matches(name, [group for group in groups
+                                                     if group not in (head_group, workers_group, "all", "ungrouped")],
+                                              n=1)
+            problems.append(f"{full} names {name!r}, which is not a group of the inventory"
+                            f"{'; did you mean ' + close[0] + '?' if close else ''} (each cluster is a group that holds "
+                            f"its head and its workers; see inventories/example_pairs/hosts.yml)")
+    if problems:
+        raise ConfigError(problems)
+    owner: dict[str, list[str]] = {}
+    for name in dict.fromkeys(names):
+        for host in groups[name]:
+            owner.setdefault(host, []).append(name)
+    for host, owned in owner.items():
+        if len(owned) > 1:
+            problems.append(f"{host} is in the clusters {' and '.join(owned)}: a node serves one cluster (one engine, "
+                            "one container, one CX7 port); remove it from all but one of them")
+        elif host not in members:
+            problems.append(f"{host} is in the cluster {owned[0]} but in neither {head_group} nor {workers_group}: "
+                            f"add it to {head_group} (its cluster's head) or {workers_group}")
+    for host in members:
+        if host not in owner:
+            problems.append(f"{host} is in {head_group if host in head_all else workers_group} but in none of the "
+                            f"clusters {full} names ({', '.join(names)}): add it to one of them")
+    touched = list(dict.fromkeys(owner[host][0] for host in play_hosts if host in owner))
+    if len(touched) > 1:
+        problems.append(f"this run's hosts belong to the clusters {', '.join(touched)}: a run serves one cluster, so "
+                        f"select it with --limit (e.g. --limit {touched[0]}); runs of different clusters may go at "
+                        "the same time")
+    elif not touched:
+        problems.append(f"this run holds no host of the clusters {', '.join(names)}: select one with --limit "
+                        f"(e.g. --limit {names[0]})")
+    if problems:
+        raise ConfigError(problems)
+    name = touched[0]
+    return Cluster(name=name, head=[host for host in head_all if host in groups[name]],
+                   workers=[host for host in workers_all if host in groups[name]])
+
+
 def _check_groups(inputs: Inputs, problems: list[str]) -> None:
+    where = f"the cluster {inputs.cluster} must hold" if inputs.cluster else "the group spark_head must hold"
     if len(inputs.head) != 1:
-        problems.append(f"the group spark_head must hold exactly one host (the head, rank 0); it holds "
-                        f"{len(inputs.head)}{': ' + ', '.join(inputs.head) if inputs.head else ''} "
+        problems.append(f"{where} exactly one host {'of spark_head ' if inputs.cluster else ''}(the head, rank 0); "
+                        f"it holds {len(inputs.head)}{': ' + ', '.join(inputs.head) if inputs.head else ''} "
                         "(see inventories/example/hosts.yml)")
     if not inputs.workers:
-        problems.append("the group spark_workers holds no host: the cluster needs at least one worker "
+        problems.append(f"{'the cluster ' + inputs.cluster if inputs.cluster else 'the group spark_workers'} holds "
+                        "no host of spark_workers: the cluster needs at least one worker "
                         "(see inventories/example/hosts.yml)")
     both = sorted(set(inputs.head) & set(inputs.workers))
     if both:
@@ -204,9 +285,10 @@ def _check_same(inputs: Inputs, problems: list[str]) -> None:
         if len({repr(value) for _host, value in values}) > 1:
             shown = "; ".join(f"{host}: {'(hidden)' if var.kind == 'secret' else _show(value)}"
                               for host, value in values)
+            group = inputs.cluster or "spark_cluster"
             problems.append(f"{name} differs between hosts ({shown}): it is cluster-wide, so every rank must "
-                            "render the same value; set it once for the group spark_cluster "
-                            "(group_vars/spark_cluster.yml), not per host")
+                            f"render the same value; set it once for the group {group} "
+                            f"(group_vars/{group}.yml), not per host")
 
 
 def _cluster_value(inputs: Inputs, name: str) -> Any:
@@ -327,7 +409,7 @@ def resolve(inputs: Inputs) -> dict[str, Any]:
                 values[key], sources[key] = value, "dgxspark_vllm_settings"
     explicit: dict[str, Any] = {}
     for var in VARIABLES.values():
-        if var.scope == "node":
+        if var.scope in ("node", "inventory"):
             continue
         value = _cluster_value(inputs, var.name)
         if value is _MISSING or value is None:
@@ -390,6 +472,7 @@ def resolve(inputs: Inputs) -> dict[str, Any]:
         "api_key_set": bool(explicit.get("api_key")),
         "hf_token_set": bool(explicit.get("hf_token")),
         "settings": {key: value for key, value in render_settings.items() if value is not None},
+        "cluster": inputs.cluster,
         "head": head,
         "workers": list(inputs.workers),
         "nodes": nodes,

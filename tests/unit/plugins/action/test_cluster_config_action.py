@@ -40,11 +40,14 @@ PLAYBOOK = """
 
 def run(tmp_path: Path, group: dict[str, Any] | None = None, host_vars: dict[str, Any] | None = None,
         play_vars: dict[str, Any] | None = None, extra: dict[str, Any] | None = None,
-        verbosity: str = "") -> subprocess.CompletedProcess[str]:
+        verbosity: str = "", hosts: dict[str, Any] | None = None, limit: str = "",
+        groups: dict[str, dict[str, Any]] | None = None) -> subprocess.CompletedProcess[str]:
     inventory = tmp_path / "inventory"
     (inventory / "group_vars").mkdir(parents=True, exist_ok=True)
     (inventory / "host_vars").mkdir(exist_ok=True)
-    (inventory / "hosts.yml").write_text(yaml.safe_dump(HOSTS))
+    (inventory / "hosts.yml").write_text(yaml.safe_dump(hosts or HOSTS))
+    for name, values in (groups or {}).items():
+        (inventory / "group_vars" / f"{name}.yml").write_text(yaml.safe_dump(values))
     (inventory / "group_vars" / "spark_cluster.yml").write_text(yaml.safe_dump(dict(GROUP, **(group or {}))))
     for host, values in (host_vars or {}).items():
         (inventory / "host_vars" / f"{host}.yml").write_text(yaml.safe_dump(values))
@@ -57,13 +60,15 @@ def run(tmp_path: Path, group: dict[str, Any] | None = None, host_vars: dict[str
         argv += ["-e", json.dumps(extra)]
     if verbosity:
         argv.append(verbosity)
+    if limit:
+        argv += ["--limit", limit]
     env = dict(os.environ, ANSIBLE_CONFIG=str(ROOT / "ansible.cfg"), ANSIBLE_NOCOLOR="1",
                ANSIBLE_LOCAL_TEMP=str(tmp_path / "tmp"), ANSIBLE_CONNECTION="local")
     return subprocess.run(argv, cwd=ROOT, env=env, capture_output=True, text=True, timeout=120, check=False)
 
 
-def facts(tmp_path: Path) -> dict[str, Any]:
-    return {host: json.loads((tmp_path / "out" / f"{host}.json").read_text()) for host in ("spark-a", "spark-b")}
+def facts(tmp_path: Path, hosts: tuple[str, ...] = ("spark-a", "spark-b")) -> dict[str, Any]:
+    return {host: json.loads((tmp_path / "out" / f"{host}.json").read_text()) for host in hosts}
 
 
 def test_the_fact_is_resolved_once_and_set_on_every_host(tmp_path: Path) -> None:
@@ -115,3 +120,43 @@ def test_a_profile_from_the_inventory(tmp_path: Path, profile: dict[str, Any]) -
     config = facts(tmp_path)["spark-a"]
     assert config["profile_name"] == "tiny_alias" and config["served_model_name"] == "tiny-alias"
     assert config["profile"]["source"] == "inventory (dgxspark_vllm_profiles)"
+
+
+# --------------------------------------------------------------------------- several clusters in one inventory
+
+PAIRS = {"spark_cluster": {"children": {
+    "spark_head": {"hosts": {"a1": {"dgxspark_vllm_cx7_ip": "192.168.100.11"},
+                             "b1": {"dgxspark_vllm_cx7_ip": "192.168.101.11"}}},
+    "spark_workers": {"hosts": {"a2": {"dgxspark_vllm_cx7_ip": "192.168.100.12"},
+                                "b2": {"dgxspark_vllm_cx7_ip": "192.168.101.12"}}},
+    "pair_a": {"hosts": {"a1": {}, "a2": {}}},
+    "pair_b": {"hosts": {"b1": {}, "b2": {}}},
+}}}
+PAIR_VARS = {"pair_a": {"dgxspark_vllm_cx7_subnet": "192.168.100.0/24"},
+             "pair_b": {"dgxspark_vllm_cx7_subnet": "192.168.101.0/24", "dgxspark_vllm_served_model_name": "model-b",
+                        "dgxspark_vllm_port": 8001}}
+
+
+@pytest.mark.parametrize("limit, hosts, head, served", [
+    ("pair_a", ("a1", "a2"), "a1", "glm-5.3-flash"),
+    ("pair_b", ("b1", "b2"), "b1", "model-b"),
+])
+def test_each_cluster_is_selected_with_limit_and_gets_its_own_settings(
+        tmp_path: Path, limit: str, hosts: tuple[str, ...], head: str, served: str) -> None:
+    result = run(tmp_path, group={"dgxspark_vllm_clusters": ["pair_a", "pair_b"], "dgxspark_vllm_cx7_subnet": None},
+                 hosts=PAIRS, groups=PAIR_VARS, limit=limit)
+    assert result.returncode == 0, result.stdout + result.stderr
+    seen = facts(tmp_path, hosts)
+    config = seen[head]
+    assert all(other == config for other in seen.values())
+    assert (config["cluster"], config["head"], config["served_model_name"]) == (limit, head, served)
+    assert sorted(config["nodes"]) == sorted(hosts)
+    assert sorted(path.stem for path in (tmp_path / "out").glob("*.json")) == sorted(hosts)
+
+
+def test_a_run_over_both_clusters_is_refused_before_anything_runs(tmp_path: Path) -> None:
+    result = run(tmp_path, group={"dgxspark_vllm_clusters": ["pair_a", "pair_b"]}, hosts=PAIRS, groups=PAIR_VARS)
+    assert result.returncode != 0
+    assert "this run's hosts belong to the clusters pair_a, pair_b: a run serves one cluster" in result.stdout
+    assert "--limit pair_a" in result.stdout
+    assert not list((tmp_path / "out").glob("*.json"))
