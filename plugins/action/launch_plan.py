@@ -15,6 +15,7 @@ from ansible_collections.dgxspark.vllm.plugins.module_utils._kv_calibration impo
 from ansible_collections.dgxspark.vllm.plugins.module_utils._kv_calibration_task import (
     missing_directory,
     read_text,
+    record_lock,
     write_text,
 )
 from ansible_collections.dgxspark.vllm.plugins.module_utils._launch_plan import (
@@ -58,24 +59,25 @@ class ActionModule(ControllerAction):
         def render(settings: dict[str, Any]) -> dict[str, dict[str, Any]]:
             return {name: spec.as_result() for name, spec in render_cluster(profile, described, settings, api_key).items()}
 
-        try:
-            text = read_text(path) if c["enabled"] and path else None
-        except OSError as exc:
-            raise ControllerTaskError(f"cannot read the KV calibration file {path}: {exc}") from exc
-        try:
-            cache = load_cache(text, path or "the KV record")
-            result = plan(config, nodes, render, cache, calibration, plain(params["previous"]),
-                          plain(params["observed"]), plain(params["metrics"]), params["diagnosis_lines"],
-                          time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()))
-        except (SpecError, CalibrationError, PlanError) as exc:
-            raise ControllerTaskError(f"the launch cannot be planned: {exc}") from exc
-        out = result.as_result()
-        out["changed"] = False
-        if result.cache is not None and path:
-            out["changed"] = True
-            if not check_mode:
-                try:
-                    write_text(path, dump_cache(result.cache))
-                except OSError as exc:
-                    raise ControllerTaskError(f"cannot write the KV calibration file {path}: {exc}") from exc
+        with record_lock(path if c["enabled"] and not check_mode else None):
+            try:
+                text = read_text(path) if c["enabled"] and path else None
+            except OSError as exc:
+                raise ControllerTaskError(f"cannot read the KV calibration file {path}: {exc}") from exc
+            try:
+                cache = load_cache(text, path or "the KV record")
+                result = plan(config, nodes, render, cache, calibration, plain(params["previous"]),
+                              plain(params["observed"]), plain(params["metrics"]), params["diagnosis_lines"],
+                              time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()))
+            except (SpecError, CalibrationError, PlanError) as exc:
+                raise ControllerTaskError(f"the launch cannot be planned: {exc}") from exc
+            out = result.as_result()
+            out["changed"] = False
+            if result.cache is not None and path:
+                out["changed"] = True
+                if not check_mode:
+                    try:
+                        write_text(path, dump_cache(result.cache))
+                    except OSError as exc:
+                        raise ControllerTaskError(f"cannot write the KV calibration file {path}: {exc}") from exc
         return out

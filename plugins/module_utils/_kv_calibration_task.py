@@ -8,10 +8,12 @@ the cache file lives on the controller, and a module run costs a Python start an
 """
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import os
 import tempfile
 import time
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from typing import Any
 
 from ansible_collections.dgxspark.vllm.plugins.module_utils._kv_calibration import (
@@ -58,6 +60,22 @@ class CalibrationTaskError(Exception):
         self.extra = extra
 
 
+@contextlib.contextmanager
+def record_lock(path: str | None) -> Iterator[None]:
+    """Hold the record's lock (flock on ``<path>.lock``) from its read to its write: runs of different clusters
+    share one record on the controller and may plan at the same time; without the lock one run's write would
+    drop the entry the other wrote in between. No path: nothing to lock."""
+    if not path:
+        yield
+        return
+    fd = os.open(f"{path}.lock", os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)   # closing the descriptor releases the lock
+
+
 def read_text(path: str) -> str | None:
     try:
         with open(path, encoding="utf-8") as handle:
@@ -95,6 +113,11 @@ def run(p: Mapping[str, Any], check_mode: bool, diff: bool) -> dict[str, Any]:
     problem = missing_directory(path)
     if problem:
         raise CalibrationTaskError(problem)
+    with record_lock(None if check_mode else path):
+        return _run_locked(p, path, check_mode, diff)
+
+
+def _run_locked(p: Mapping[str, Any], path: str, check_mode: bool, diff: bool) -> dict[str, Any]:
     try:
         parts = key_parts(p["command"], p["model_path"], p["model_revision"], p["nodes"])
         key = cache_key(parts)

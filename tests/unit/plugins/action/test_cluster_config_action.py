@@ -160,3 +160,26 @@ def test_a_run_over_both_clusters_is_refused_before_anything_runs(tmp_path: Path
     assert "this run's hosts belong to the clusters pair_a, pair_b: a run serves one cluster" in result.stdout
     assert "--limit pair_a" in result.stdout
     assert not list((tmp_path / "out").glob("*.json"))
+
+
+@pytest.mark.parametrize("limit, head, served, subnet", [
+    ("pair_a", "spark-a1", "glm-5.3-flash", "198.51.100.0/24"),
+    ("pair_b", "spark-b1", "qwen3-coder", "203.0.113.0/24"),
+])
+def test_the_example_pairs_inventory_serves_two_models(tmp_path: Path, limit: str, head: str, served: str,
+                                                         subnet: str) -> None:
+    out = tmp_path / "out"
+    out.mkdir()
+    playbook = tmp_path / "play.yml"
+    playbook.write_text(PLAYBOOK.format(play_vars="{}", out=out))
+    argv = [os.path.join(os.path.dirname(sys.executable), "ansible-playbook"), "-i",
+            str(ROOT / "inventories" / "example_pairs"), str(playbook), "--limit", limit,
+            "-e", '{"ansible_become": false}']
+    env = dict(os.environ, ANSIBLE_CONFIG=str(ROOT / "ansible.cfg"), ANSIBLE_NOCOLOR="1",
+               ANSIBLE_LOCAL_TEMP=str(tmp_path / "tmp"), ANSIBLE_CONNECTION="local")
+    result = subprocess.run(argv, cwd=ROOT, env=env, capture_output=True, text=True, timeout=120, check=False)
+    assert result.returncode == 0, result.stdout + result.stderr
+    config = json.loads((out / f"{head}.json").read_text())
+    assert (config["cluster"], config["head"], config["served_model_name"], config["cx7_subnet"]) == (
+        limit, head, served, subnet)
+    assert len(list(out.glob("*.json"))) == 2

@@ -56,3 +56,46 @@ def test_bad_arguments_fail_before_anything_is_read(tmp_path: Any, args: dict[st
 def test_a_missing_directory_fails_with_the_fix(tmp_path: Any) -> None:
     result = _action(dict(BASE, path=str(tmp_path / "nowhere" / "kv.json")))
     assert result["failed"] is True and "launch_kv_calibration_file" in result["msg"]
+
+
+def test_two_runs_recording_at_once_keep_both_entries(tmp_path: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Runs of two clusters share the controller's record: the second waits for the first's read-and-write, so
+    neither entry is lost. The first run stops right after its read until the test lets it go: without the lock
+    the second run reads, writes and finishes meanwhile, and the first then writes over its entry."""
+    import threading
+
+    from ansible_collections.dgxspark.vllm.plugins.module_utils import _kv_calibration_task as task
+
+    path = str(tmp_path / "kv.json")
+    first_read, go = threading.Event(), threading.Event()
+    real_read = task.read_text
+
+    def read_then_wait(name: str) -> str | None:
+        text = real_read(name)
+        if threading.current_thread().name == "cluster-a":
+            first_read.set()
+            assert go.wait(30), "the test never let the first run go"
+        return text
+
+    monkeypatch.setattr(task, "read_text", read_then_wait)
+    cluster_b = dict(BASE, model_path="/other", command=["/other", "--max-model-len", "4096"])
+    results: dict[str, Any] = {}
+
+    def record(name: str, args: dict[str, Any]) -> None:
+        results[name] = task.run(dict(args, path=path, state="record", estimated_max_model_len=2048,
+                                      reports=None, policy="min", margin_bytes=0, default_block_size=16),
+                                 check_mode=False, diff=False)
+
+    a = threading.Thread(target=record, args=("a", BASE), name="cluster-a")
+    b = threading.Thread(target=record, args=("b", cluster_b), name="cluster-b")
+    a.start()
+    assert first_read.wait(30)
+    b.start()
+    b.join(2)            # with the lock, b is still waiting for a here
+    b_waited = b.is_alive()
+    go.set()
+    a.join(30)
+    b.join(30)
+    with open(path, encoding="utf-8") as handle:
+        entries = json.load(handle)["entries"]
+    assert b_waited and set(entries) == {results["a"]["key"], results["b"]["key"]}
