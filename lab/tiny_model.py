@@ -1,16 +1,23 @@
 """Build the lab's tiny GLM-architecture model, with no hub access.
 
-Writes OUT (argv[1]): a random-weight Glm4MoeForCausalLM (GLM-4.5 MoE layout: routed + shared experts),
+Usage: tiny_model.py OUT [--tp 2|4]
+
+Writes OUT: a random-weight Glm4MoeForCausalLM (GLM-4.5 MoE layout: routed + shared experts),
 a tokenizer trained here on local text, and a GLM-style chat template with tool-call markup.
+
+--tp says how many ranks the model's shapes must divide by. 2 (the default) is the two-node lab's model.
+4 is the four-node lab's: twice the attention heads and MLP widths, so that each of four ranks holds the
+same shapes a rank of the two-node model holds (one head of 32, the CPU attention backend supports few head
+sizes; a 64-wide dense MLP and 16-wide experts). The same tokenizer and template; other random weights.
 
 The tokenizer is character-level BPE (Metaspace), not byte-level: every token is a whole string of Unicode
 characters, so no sequence of generated ids can decode to invalid UTF-8 or U+FFFD. A U+FFFD in the engine's
 output is therefore a real fault, which is what the verify role's token-integrity check relies on.
 Characters outside the trained alphabet map to <unk>, which decodes to the text "<unk>".
 """
+import argparse
 import glob
 import os
-import sys
 
 import torch
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
@@ -86,7 +93,14 @@ TEMPLATE = (
 )
 
 
-def build(out: str) -> None:
+# Per --tp: the Glm4MoeConfig fields that differ. Every other field is the same for each.
+SHAPES = {
+    2: dict(intermediate_size=128, moe_intermediate_size=32, num_attention_heads=2, num_key_value_heads=2),
+    4: dict(intermediate_size=256, moe_intermediate_size=64, num_attention_heads=4, num_key_value_heads=4),
+}
+
+
+def build(out: str, tp: int = 2) -> None:
     tok = train_tokenizer()
     fast = PreTrainedTokenizerFast(tokenizer_object=tok, eos_token="<|endoftext|>", pad_token="<|endoftext|>",
                                    unk_token="<unk>", model_max_length=4096)
@@ -102,9 +116,8 @@ def build(out: str) -> None:
     if fast.decode(fast.encode(sample, add_special_tokens=False)) != sample:
         raise SystemExit("multilingual round-trip failed")
     cfg = Glm4MoeConfig(
-        vocab_size=len(fast), hidden_size=64, intermediate_size=128,
-        moe_intermediate_size=32, num_hidden_layers=2, num_attention_heads=2,
-        num_key_value_heads=2, head_dim=32, n_routed_experts=4, num_experts_per_tok=2,
+        vocab_size=len(fast), hidden_size=64, num_hidden_layers=2, **SHAPES[tp],
+        head_dim=32, n_routed_experts=4, num_experts_per_tok=2,
         n_shared_experts=1, first_k_dense_replace=1, n_group=1, topk_group=1,
         norm_topk_prob=True, routed_scaling_factor=1.0, use_qk_norm=False,
         attention_bias=True, partial_rotary_factor=0.5,
@@ -121,4 +134,9 @@ def build(out: str) -> None:
 
 
 if __name__ == "__main__":
-    build(sys.argv[1])
+    parser = argparse.ArgumentParser(description="Build the lab's tiny GLM-architecture model.")
+    parser.add_argument("out")
+    parser.add_argument("--tp", type=int, choices=sorted(SHAPES), default=2,
+                        help="the number of ranks the shapes divide by (default 2: the two-node lab's model)")
+    args = parser.parse_args()
+    build(args.out, args.tp)

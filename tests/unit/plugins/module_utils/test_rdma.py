@@ -46,6 +46,7 @@ def _load_generator() -> Any:
 
 GEN = _load_generator()
 TWINS = ["rocep1s0f1", "roceP2p1s0f1"]
+TWINS_PORT0 = ["rocep1s0f0", "roceP2p1s0f0"]   # the four-node lab's node3 and node4: the cable in port 0
 
 # case, cx7_ip, gid_index, ib_hcas, socket_ifname, mtu, speed_mbps, problems as (check, severity), ok
 EXPECTED = [
@@ -58,6 +59,8 @@ EXPECTED = [
     ("ipv6_only", "192.168.177.11", None, [], None, None, None, [("ipv6_only", ERROR)], False),
     ("lab_head", "10.77.1.11", 3, TWINS, "enp1s0f1np1", 9000, 200000, [], True),
     ("lab_worker", "10.77.1.12", 4, TWINS, "enP2p1s0f1np1", 9000, 200000, [], True),
+    ("lab_node3", "10.77.1.13", 3, TWINS_PORT0, "enp1s0f0np0", 9000, 200000, [], True),
+    ("lab_node4", "10.77.1.14", 5, TWINS_PORT0, "enP2p1s0f0np0", 9000, 200000, [], True),
 ]
 
 
