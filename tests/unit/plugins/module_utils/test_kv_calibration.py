@@ -298,3 +298,19 @@ def test_lab_estimated_max_model_len_rounds_to_the_cpu_block_size() -> None:
     assert report["estimated_max_model_len"] == 1048448
     assert round_down_to_block(report["estimated_max_model_len"], 128) == 1048448
     assert round_down_to_block(report["estimated_max_model_len"], 2304) == 1048320
+
+
+def test_four_nodes_the_smallest_of_every_rank_counts_and_a_silent_rank_is_named() -> None:
+    """TP=4 over four Sparks: one rank per node; the budget is the minimum over the four, the per-node record
+    names all four; a rank that never reported stops the calibration with its name."""
+    reports = {"spark-a": _gpu((50, 90)), "spark-b": _gpu((47, 91), rank0=1), "spark-c": _gpu((44, 92), rank0=2),
+               "spark-d": _gpu((49, 89), rank0=3)}
+    chosen = choose(reports)
+    assert chosen["kv_cache_memory_bytes"] == 44
+    assert chosen["per_node"] == {"spark-a": 50, "spark-b": 47, "spark-c": 44, "spark-d": 49}
+    assert choose(reports, "full")["kv_cache_memory_bytes"] == 89
+    cpu = {name: _cpu("auto", gib) for name, gib in zip(reports, (1.3, 1.25, 1.2, 1.28))}
+    assert choose(cpu)["kv_cache_memory_bytes"] == int(1.2 * (1 << 30))
+    reports["spark-c"] = {"phase": "weights_loaded", "suggestions": [], "engine_error": None}
+    with pytest.raises(CalibrationError, match=r"spark-c \(phase weights_loaded"):
+        choose(reports)
