@@ -167,7 +167,7 @@ def test_a_run_over_both_clusters_is_refused_before_anything_runs(tmp_path: Path
     ("pair_b", "spark-b1", "qwen3-coder", "203.0.113.0/24"),
 ])
 def test_the_example_pairs_inventory_serves_two_models(tmp_path: Path, limit: str, head: str, served: str,
-                                                         subnet: str) -> None:
+                                                       subnet: str) -> None:
     out = tmp_path / "out"
     out.mkdir()
     playbook = tmp_path / "play.yml"

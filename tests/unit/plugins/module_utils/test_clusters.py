@@ -51,7 +51,7 @@ def test_one_cluster_when_the_inventory_names_none() -> None:
     (["b1"], "pair_b", ["b1"], ["b2"]),                # a play over spark_head, limited to pair_b
 ])
 def test_the_run_serves_the_cluster_of_its_hosts(play: list[str], name: str, head: list[str],
-                                                  workers: list[str]) -> None:
+                                                 workers: list[str]) -> None:
     cluster = select_cluster(GROUPS, declared(), play)
     assert (cluster.name, cluster.head, cluster.workers) == (name, head, workers)
 
