@@ -1,0 +1,69 @@
+# Copyright: Contributors to the dgxspark.vllm collection
+# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
+"""A systemd unit's state and the files it runs from, compared with what should be there (pure).
+
+Used by dgxspark.vllm.service_files_info: one read per node tells a role whether its service is installed as
+planned and running, so that a re-run that finds everything in place changes nothing and costs one round trip.
+"""
+from __future__ import annotations
+
+import hashlib
+from typing import Any, Mapping, Sequence
+
+# What `systemctl show` is asked for, one --property each.
+UNIT_PROPERTIES: tuple[str, ...] = ("LoadState", "ActiveState", "UnitFileState")
+
+
+def parse_show(text: str) -> dict[str, str]:
+    """`systemctl show --property=...` output (KEY=value lines) as a dict; lines without '=' are ignored."""
+    found: dict[str, str] = {}
+    for line in text.splitlines():
+        key, sep, value = line.partition("=")
+        if sep:
+            found[key.strip()] = value.strip()
+    return found
+
+
+def unit_state(name: str, properties: Mapping[str, str]) -> dict[str, Any]:
+    """The unit as the caller judges it: loaded (its unit file exists), running (active) and enabled at boot."""
+    load = properties.get("LoadState", "")
+    active = properties.get("ActiveState", "")
+    enabled = properties.get("UnitFileState", "")
+    return {"name": name, "load_state": load, "active_state": active, "unit_file_state": enabled,
+            "loaded": load == "loaded", "running": active == "active", "enabled": enabled == "enabled"}
+
+
+def file_state(path: str, data: bytes | None, wanted: str | None, read: bool) -> dict[str, Any]:
+    """One file: whether it exists, its SHA-256, whether it holds exactly ``wanted`` (None when no content was
+    given) and, with ``read``, its text (None when absent)."""
+    state: dict[str, Any] = {"path": path, "exists": data is not None,
+                             "sha256": hashlib.sha256(data).hexdigest() if data is not None else None,
+                             "matches": None}
+    if wanted is not None:
+        state["matches"] = data is not None and data == wanted.encode("utf-8")
+    if read:
+        state["content"] = data.decode("utf-8", errors="replace") if data is not None else None
+    return state
+
+
+def differences(unit: Mapping[str, Any] | None, files: Sequence[Mapping[str, Any]]) -> list[str]:
+    """What keeps the service from being as planned, one phrase each (empty: installed as planned and running,
+    enabled at boot)."""
+    found: list[str] = []
+    for item in files:
+        if item["matches"] is None:
+            continue
+        if not item["exists"]:
+            found.append(f"{item['path']} is missing")
+        elif not item["matches"]:
+            found.append(f"{item['path']} differs from the planned content")
+    if unit is not None:
+        if not unit["loaded"]:
+            found.append(f"the unit {unit['name']} is not installed ({unit['load_state'] or 'unknown'})")
+        else:
+            if not unit["running"]:
+                found.append(f"the unit {unit['name']} is {unit['active_state'] or 'in an unknown state'}, not active")
+            if not unit["enabled"]:
+                found.append(f"the unit {unit['name']} is {unit['unit_file_state'] or 'not enabled'} at boot, "
+                             "not enabled")
+    return found

@@ -1,0 +1,149 @@
+#!/usr/bin/python
+# Copyright: Contributors to the dgxspark.vllm collection
+# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+---
+module: service_files_info
+short_description: Read a systemd unit's state and its files in one step, and compare the files with the plan
+version_added: 0.1.0
+description:
+  - Reads, on the node, the state of one systemd unit (C(systemctl show)) and a list of files. A file given with
+    its planned C(content) is compared byte for byte; a file given with C(read) is returned whole.
+  - One round trip tells a role whether its service is installed as planned and running, enabled at boot. The
+    roles install and start only when it is not (RV(current) is false), so a re-run that finds everything in
+    place changes nothing.
+  - Read-only; runs the same in check mode.
+author:
+  - dgxspark.vllm contributors (@dgxspark)
+options:
+  unit:
+    description:
+      - The unit's full name (for example V(dgxspark-cache-flush-follow.service)). Omitted, only the files are read.
+    type: str
+  files:
+    description:
+      - The files to read.
+    type: list
+    elements: dict
+    default: []
+    suboptions:
+      path:
+        description: The file's path on the node.
+        type: path
+        required: true
+      content:
+        description:
+          - The planned content. The file must hold exactly these bytes (UTF-8) for RV(current) to be true.
+        type: str
+      read:
+        description: Return the file's text in the result (small text files only).
+        type: bool
+        default: false
+extends_documentation_fragment:
+  - dgxspark.vllm.attributes
+attributes:
+  check_mode:
+    support: full
+    details: Only reads; runs the same in check mode.
+  diff_mode:
+    support: none
+    details: Nothing is changed, so there is no diff.
+  idempotent:
+    support: full
+    details: Never changes anything; always reports no change.
+notes:
+  - A unit that systemd does not know is reported with RV(unit.loaded) false, not as an error. The module fails
+    only when C(systemctl) is missing (with a unit to read) or a file exists and cannot be read.
+seealso:
+  - module: ansible.builtin.systemd_service
+"""
+
+EXAMPLES = r"""
+- name: Read the flush service's unit and files, compared with what the role installs
+  dgxspark.vllm.service_files_info:
+    unit: dgxspark-cache-flush-follow.service
+    files:
+      - path: /etc/dgxspark/cache-flush-follow.json
+        content: "{{ lookup('ansible.builtin.template', 'cache-flush.json.j2') }}"
+  register: flush_now
+
+- name: Install only when something differs
+  ansible.builtin.include_tasks: install.yml
+  when: not flush_now.current
+"""
+
+RETURN = r"""
+current:
+  description: Every file given with C(content) holds it, and the unit (when given) is loaded, active and enabled.
+  returned: always
+  type: bool
+  sample: true
+differences:
+  description: What keeps RV(current) false, one phrase each.
+  returned: always
+  type: list
+  elements: str
+  sample: ["/etc/dgxspark/cache-flush-follow.json differs from the planned content"]
+unit:
+  description: The unit's state (null when O(unit) is not given).
+  returned: always
+  type: dict
+  sample: {name: dgxspark-cache-flush-follow.service, load_state: loaded, active_state: active,
+           unit_file_state: enabled, loaded: true, running: true, enabled: true}
+files:
+  description: One entry per O(files) item, in order, with C(path), C(exists), C(sha256), C(matches) (null
+    without C(content)) and, with C(read), C(content) (null when the file is absent).
+  returned: always
+  type: list
+  elements: dict
+  sample: [{path: /etc/dgxspark/cache-flush-follow.json, exists: true, sha256: "9f2c...", matches: true}]
+"""
+
+from ansible.module_utils.basic import AnsibleModule
+
+from ansible_collections.dgxspark.vllm.plugins.module_utils._service_state import (
+    UNIT_PROPERTIES, differences, file_state, parse_show, unit_state)
+
+
+def _read(module: AnsibleModule, path: str) -> bytes | None:
+    try:
+        with open(path, "rb") as handle:
+            return handle.read()
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        module.fail_json(msg="cannot read %s on this node: %s" % (path, exc.strerror))
+    return None
+
+
+def main() -> None:
+    module = AnsibleModule(
+        argument_spec={
+            "unit": {"type": "str"},
+            "files": {"type": "list", "elements": "dict", "default": [], "options": {
+                "path": {"type": "path", "required": True},
+                "content": {"type": "str"},
+                "read": {"type": "bool", "default": False},
+            }},
+        },
+        supports_check_mode=True,
+    )
+    unit = None
+    if module.params["unit"]:
+        systemctl = module.get_bin_path("systemctl", required=True)
+        argv = [systemctl, "show", module.params["unit"]] + ["--property=%s" % name for name in UNIT_PROPERTIES]
+        rc, out, err = module.run_command(argv)
+        if rc != 0:
+            module.fail_json(msg="systemctl show %s failed on this node: %s" % (module.params["unit"],
+                                                                               " ".join(err.split()) or rc))
+        unit = unit_state(module.params["unit"], parse_show(out))
+    files = [file_state(item["path"], _read(module, item["path"]), item["content"], item["read"])
+             for item in module.params["files"]]
+    found = differences(unit, files)
+    module.exit_json(changed=False, current=not found, differences=found, unit=unit, files=files)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,58 @@
+# Copyright: Contributors to the dgxspark.vllm collection
+# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
+"""The read that lets a re-run skip a service's install: systemctl's answer parsed, files compared byte for byte."""
+from __future__ import annotations
+
+import hashlib
+
+import pytest
+
+from ansible_collections.dgxspark.vllm.plugins.module_utils._service_state import (
+    differences, file_state, parse_show, unit_state)
+
+# systemctl show --property=LoadState --property=ActiveState --property=UnitFileState, as systemd 252 prints it
+RUNNING = "LoadState=loaded\nActiveState=active\nUnitFileState=enabled\n"
+DISABLED_FAILED = "LoadState=loaded\nActiveState=failed\nUnitFileState=disabled\n"
+UNKNOWN = "LoadState=not-found\nActiveState=inactive\nUnitFileState=\n"
+UNIT = "dgxspark-cache-flush-follow.service"
+
+
+def test_parse_show_reads_key_value_lines_only() -> None:
+    assert parse_show("LoadState=loaded\nnoise\nX=a=b\n") == {"LoadState": "loaded", "X": "a=b"}
+
+
+def test_a_running_enabled_unit_with_planned_files_is_current() -> None:
+    unit = unit_state(UNIT, parse_show(RUNNING))
+    files = [file_state("/etc/a.json", b'{"a": 1}\n', '{"a": 1}\n', False)]
+    assert unit["running"] and unit["enabled"] and unit["loaded"]
+    assert files[0]["matches"] is True
+    assert files[0]["sha256"] == hashlib.sha256(b'{"a": 1}\n').hexdigest()
+    assert differences(unit, files) == []
+
+
+@pytest.mark.parametrize("data, wanted, phrase", [
+    (None, "x\n", "/etc/a.json is missing"),
+    (b"x", "x\n", "/etc/a.json differs from the planned content"),     # one newline less is a difference
+    (b"x\n ", "x\n", "/etc/a.json differs from the planned content"),
+])
+def test_a_missing_or_changed_file_is_named(data: bytes | None, wanted: str, phrase: str) -> None:
+    unit = unit_state(UNIT, parse_show(RUNNING))
+    assert differences(unit, [file_state("/etc/a.json", data, wanted, False)]) == [phrase]
+
+
+def test_a_stopped_disabled_unit_gives_both_reasons() -> None:
+    found = differences(unit_state(UNIT, parse_show(DISABLED_FAILED)), [])
+    assert found == [f"the unit {UNIT} is failed, not active", f"the unit {UNIT} is disabled at boot, not enabled"]
+
+
+def test_a_unit_systemd_does_not_know_is_not_installed() -> None:
+    assert differences(unit_state(UNIT, parse_show(UNKNOWN)), []) == [f"the unit {UNIT} is not installed (not-found)"]
+
+
+def test_files_without_planned_content_are_read_not_judged() -> None:
+    key = file_state("/etc/ssh/ssh_host_ed25519_key.pub", b"ssh-ed25519 AAAA root@w\n", None, True)
+    absent = file_state("/etc/dgxspark/guard.json", None, None, True)
+    assert key["content"] == "ssh-ed25519 AAAA root@w\n" and key["matches"] is None
+    assert absent == {"path": "/etc/dgxspark/guard.json", "exists": False, "sha256": None, "matches": None,
+                      "content": None}
+    assert differences(None, [key, absent]) == []
