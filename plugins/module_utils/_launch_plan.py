@@ -10,12 +10,14 @@ A launch is at most ``MAX_ATTEMPTS`` starts of the whole group. Each call of `pl
 observed (every rank's waits: phase, verdict, log report, last lines). It returns every node's container and one
 step:
 
-``nothing``    the group runs the render already (every rank running with the same config hash);
+``nothing``    the group runs the render already (every rank running with the same config hash); the launch checks
+               its API and reads its /metrics, then plans once more for the report (``done``);
 ``start``      start the group with the render (a KV budget known: set, recorded, or calibrated now);
 ``calibrate``  start without a KV budget, then read every rank's own estimate and start again with it;
 ``refit``      the engine estimated a shorter max-model-len and the inventory accepts it: start with the fit;
 ``fail``       stop every rank and fail with ``message``;
-``done``       the group serves; ``message`` is the KV report.
+``done``       the group serves; ``message`` is the KV report. A first call returns it at once when the group
+               runs the render and the nodes' read found its API answering on every node and the head's /metrics.
 """
 from __future__ import annotations
 
@@ -316,6 +318,15 @@ def estimated_max_model_len(observed: Mapping[str, Any], order: Sequence[str]) -
     return min(values) if values else None
 
 
+def served_metrics(nodes: Mapping[str, Mapping[str, Any]], order: Sequence[str]) -> Mapping[str, Any] | None:
+    """The head's /metrics figures when the nodes' read (vllm_node_state with api_url) found the API answering 200
+    on every node and the head's /metrics read; None otherwise (the launch then checks the API with its retries)."""
+    answers = [(nodes.get(node) or {}).get("api") or {} for node in order]
+    if not all(answer.get("ok") for answer in answers):
+        return None
+    return answers[0].get("metrics") or None
+
+
 def kv_report_text(kv_text: str, kv_bytes: int | None, report: Mapping[str, Any] | None, max_model_len: str,
                    notes: Sequence[str]) -> str:
     """The launch's closing line: bytes and their source, tokens, concurrency, max-model-len."""
@@ -397,6 +408,11 @@ def plan(config: Mapping[str, Any], nodes: Mapping[str, Mapping[str, Any]], rend
                           any_exists=any_exists)
         # a group that runs the render but has no measured KV budget (a calibration that failed) calibrates again
         if not restart and kv.source != "calibrate":
+            served = served_metrics(nodes, order)
+            if served is not None:   # the read found it serving: nothing to start and nothing left to check
+                text = kv_report_text(kv_source_text(kv.as_dict(), calibration.record_path), kv.bytes, served,
+                                      max_model_len_text(specs[order[0]]["container"]["command"]), notes)
+                return finish("done", specs, kv, text, any_exists=any_exists)
             return finish("nothing", specs, kv, any_exists=any_exists)
         state["attempt"] = 1
         return finish("calibrate" if kv.source == "calibrate" else "start", specs, kv, any_exists=any_exists)

@@ -79,6 +79,22 @@ options:
       - With a detected GID index, or both HCAs and GID index in O(inventory), O(rdma) reads nothing.
     type: dict
     default: {}
+  api_url:
+    description:
+      - The head's API base URL (for example V(http://10.77.1.11:8000)). Given, the node asks it once for
+        C(/v1/models) (no proxy) and returns the answer in RV(api); no retry, a refused connection is an answer.
+    type: str
+  api_key:
+    description: The API key, sent as C(Authorization: Bearer).
+    type: str
+  api_timeout:
+    description: Seconds each GET may take.
+    type: float
+    default: 5
+  api_metrics:
+    description: With O(api_url), after a 200 also read C(/metrics) once and summarise it (RV(api.metrics)).
+    type: bool
+    default: false
 extends_documentation_fragment:
   - dgxspark.vllm.attributes
 attributes:
@@ -164,11 +180,26 @@ mem_total_mb:
   returned: always
   type: int
   sample: 124546
+api:
+  description:
+    - The API's answer from this node (null without O(api_url)) - C(url), C(status) (-1 without an HTTP answer),
+      C(ok), C(msg), C(metrics) (vllm_metrics_info's figures from one read with O(api_metrics), else null) and
+      C(metrics_msg) (why they are null after a 200).
+  returned: always
+  type: dict
+  sample: {url: "http://10.77.1.11:8000/v1/models", status: 200, ok: true, msg: HTTP 200, metrics: null,
+           metrics_msg: null}
 """
 
 import os
+import socket
+from urllib.error import HTTPError, URLError
 
 from ansible.module_utils.basic import AnsibleModule
+from ansible.module_utils.urls import ConnectionError as UrlsConnectionError
+from ansible.module_utils.urls import open_url
+
+from ansible_collections.dgxspark.vllm.plugins.module_utils._api_probe import probe
 
 from ansible_collections.dgxspark.vllm.plugins.module_utils._node_state import (
     NodeStateError, chosen_iface, describe, identity, interface_with_ip, no_interface_message, parse_ipv4_addresses,
@@ -203,6 +234,21 @@ def _cx7_iface(module: AnsibleModule, cx7_ip: str) -> str:
     return found
 
 
+def _get(timeout: float):
+    """One GET without a proxy: (status, body, problem), status -1 without an HTTP answer."""
+    def get(url: str, headers: dict) -> tuple:
+        try:
+            response = open_url(url, method="GET", headers=headers, timeout=timeout, use_proxy=False)
+            return response.getcode(), response.read().decode("utf-8", errors="replace"), ""
+        except HTTPError as exc:
+            return exc.code, "", "GET %s answered HTTP %s %s" % (url, exc.code, exc.reason)
+        except URLError as exc:
+            return -1, "", "GET %s got no HTTP answer: %s" % (url, exc.reason)
+        except (UrlsConnectionError, socket.timeout, OSError) as exc:
+            return -1, "", "GET %s got no HTTP answer: %s" % (url, exc)
+    return get
+
+
 def main() -> None:
     module = AnsibleModule(
         argument_spec={
@@ -219,6 +265,10 @@ def main() -> None:
             "head": {"type": "bool", "default": False},
             "inventory": {"type": "dict", "default": {}},
             "detected": {"type": "dict", "default": {}},
+            "api_url": {"type": "str"},
+            "api_key": {"type": "str", "no_log": True},
+            "api_timeout": {"type": "float", "default": 5},
+            "api_metrics": {"type": "bool", "default": False},
         },
         required_if=[("rdma", True, ("cx7_ip",))],
         supports_check_mode=True,
@@ -252,7 +302,10 @@ def main() -> None:
     if p["name"]:
         described = {"node": describe(p["name"], p["cx7_ip"], p["head"], cx7_iface, p["inventory"], p["detected"], rdma),
                      "identity": identity(p["name"], state)}
-    module.exit_json(changed=False, cx7_iface=cx7_iface, rdma=rdma, **state, **described)
+    api = None
+    if p["api_url"]:
+        api = probe(_get(p["api_timeout"]), p["api_url"], p["api_key"] or None, p["api_metrics"])
+    module.exit_json(changed=False, cx7_iface=cx7_iface, rdma=rdma, api=api, **state, **described)
 
 
 if __name__ == "__main__":

@@ -315,6 +315,55 @@ def test_nothing_to_do_reports_the_kv_cache_from_the_metrics(metrics: dict[str, 
                             "tokens (from the engine's /metrics) at max-model-len 4096.")
 
 
+def _answered(states: dict[str, dict[str, Any]], metrics: dict[str, Any] | None,
+              worker_status: int = 200) -> dict[str, dict[str, Any]]:
+    """The nodes' read with its one try at the head's API (vllm_node_state api_url): the head read /metrics."""
+    out = {}
+    for name, state in states.items():
+        status = 200 if name == HEAD else worker_status
+        api = {"url": "http://10.77.1.11:8000/v1/models", "status": status, "ok": status == 200,
+               "msg": f"HTTP {status}", "metrics": metrics if name == HEAD else None, "metrics_msg": None}
+        out[name] = dict(state, api=api)
+    return out
+
+
+def test_a_group_found_serving_and_answering_is_done_after_one_read() -> None:
+    cfg, states = config(), nodes()
+    cache = recorded(cfg, states, {"kv_cache_memory_bytes": ONE_GIB})
+    states = running(run(cfg, states, cache).specs)
+    metrics = {"kv_cache_tokens": 4194304, "kv_cache_blocks": 32768, "kv_block_size": 128}
+    done = run(cfg, _answered(states, metrics), cache)
+    key, _parts = lab_key(cfg, states)
+    assert (done.step, done.state["attempt"], done.cache, done.any_exists) == ("done", 0, None, True)
+    # the same report as the longer way (nothing, the API check, /metrics, plan again)
+    longer = run(cfg, states, cache, run(cfg, states, cache), None, metrics)
+    assert done.message == longer.message == (
+        f"KV cache: {ONE_GIB} bytes (recorded {EARLIER} in {RECORD} for key {key}); 4194304 "
+        "tokens (from the engine's /metrics) at max-model-len 4096.")
+
+
+@pytest.mark.parametrize("worker_status, metrics", [
+    (-1, {"kv_cache_tokens": 4194304}),   # a worker did not reach the head's API: the launch checks with retries
+    (401, {"kv_cache_tokens": 4194304}),
+    (200, None),                          # the head's /metrics was not read
+])
+def test_a_group_not_answering_everywhere_is_left_to_the_api_check(worker_status: int,
+                                                                   metrics: dict[str, Any] | None) -> None:
+    cfg, states = config(), nodes()
+    cache = recorded(cfg, states, {"kv_cache_memory_bytes": ONE_GIB})
+    states = running(run(cfg, states, cache).specs)
+    assert run(cfg, _answered(states, metrics, worker_status), cache).step == "nothing"
+
+
+def test_an_answering_api_does_not_stop_a_restart() -> None:
+    # the API answers, but the nodes run another render: the group restarts, whatever the read found
+    cfg, states = config(), nodes()
+    cache = recorded(cfg, states, {"kv_cache_memory_bytes": ONE_GIB})
+    first = run(cfg, states, cache)
+    stale = running({name: dict(spec, config_hash="0" * 64) for name, spec in first.specs.items()})
+    assert run(cfg, _answered(stale, {"kv_cache_tokens": 1}), cache).step == "start"
+
+
 # --------------------------------------------------------------------------------------------- failures
 
 def _flush_failed(msg: str) -> dict[str, Any]:
