@@ -54,7 +54,7 @@ attributes:
     support: full
     details: Never changes anything; always reports no change.
 notes:
-  - A unit that systemd does not know is reported with RV(unit.loaded) false, not as an error. The module fails
+  - A unit that systemd does not know is reported in RV(unit) with C(loaded) false, not as an error. The module fails
     only when C(systemctl) is missing (with a unit to read) or a file exists and cannot be read.
 seealso:
   - module: ansible.builtin.systemd_service
@@ -136,8 +136,8 @@ def main() -> None:
         argv = [systemctl, "show", module.params["unit"]] + ["--property=%s" % name for name in UNIT_PROPERTIES]
         rc, out, err = module.run_command(argv)
         if rc != 0:
-            module.fail_json(msg="systemctl show %s failed on this node: %s" % (module.params["unit"],
-                                                                               " ".join(err.split()) or rc))
+            problem = " ".join(err.split()) or rc
+            module.fail_json(msg="systemctl show %s failed on this node: %s" % (module.params["unit"], problem))
         unit = unit_state(module.params["unit"], parse_show(out))
     files = [file_state(item["path"], _read(module, item["path"]), item["content"], item["read"])
              for item in module.params["files"]]

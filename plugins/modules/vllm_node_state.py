@@ -85,14 +85,14 @@ options:
         C(/v1/models) (no proxy) and returns the answer in RV(api); no retry, a refused connection is an answer.
     type: str
   api_key:
-    description: The API key, sent as C(Authorization: Bearer).
+    description: "The API key, sent as C(Authorization: Bearer <key>)."
     type: str
   api_timeout:
     description: Seconds each GET may take.
     type: float
     default: 5
   api_metrics:
-    description: With O(api_url), after a 200 also read C(/metrics) once and summarise it (RV(api.metrics)).
+    description: With O(api_url), after a 200 also read C(/metrics) once and summarise it (C(metrics) in RV(api)).
     type: bool
     default: false
 extends_documentation_fragment:

@@ -35,8 +35,8 @@ def test_an_answer_with_metrics_reads_both_with_the_key() -> None:
     found: dict[str, Any] = probe(server, URL + "/", "sk-lab", True)
     assert (found["status"], found["ok"], found["url"]) == (200, True, URL + "/v1/models")
     assert found["metrics"]["kv_cache_tokens"] == 32768 * 128
-    assert [url for url, _ in server.asked] == [URL + "/v1/models", URL + "/metrics"]
-    assert all(h["Authorization"] == "Bearer sk-lab" for _, h in server.asked)
+    assert [asked[0] for asked in server.asked] == [URL + "/v1/models", URL + "/metrics"]
+    assert all(asked[1]["Authorization"] == "Bearer sk-lab" for asked in server.asked)
 
 
 def test_no_answer_reads_no_metrics_and_says_why() -> None:
