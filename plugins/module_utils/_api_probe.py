@@ -10,17 +10,11 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
+from ansible_collections.dgxspark.vllm.plugins.module_utils._http import api_headers
 from ansible_collections.dgxspark.vllm.plugins.module_utils._metrics import MetricsParseError, parse_text, summarise
 
 Get = Callable[[str, "dict[str, str]"], "tuple[int, str, str]"]
 """url, headers -> (HTTP status or -1 without an answer, body, what went wrong)."""
-
-
-def headers(api_key: str | None, accept: str) -> dict[str, str]:
-    found = {"Accept": accept}
-    if api_key:
-        found["Authorization"] = "Bearer " + api_key
-    return found
 
 
 def probe(get: Get, api_url: str, api_key: str | None, metrics: bool) -> dict[str, Any]:
@@ -29,12 +23,12 @@ def probe(get: Get, api_url: str, api_key: str | None, metrics: bool) -> dict[st
     ``metrics_msg``)."""
     base = api_url.strip().rstrip("/")
     url = base + "/v1/models"
-    status, _body, problem = get(url, headers(api_key, "application/json"))
+    status, _body, problem = get(url, api_headers(api_key, "application/json"))
     result: dict[str, Any] = {"url": url, "status": status, "ok": status == 200,
                               "msg": problem or f"HTTP {status}", "metrics": None, "metrics_msg": None}
     if not (metrics and status == 200):
         return result
-    m_status, body, m_problem = get(base + "/metrics", headers(api_key, "text/plain"))
+    m_status, body, m_problem = get(base + "/metrics", api_headers(api_key, "text/plain"))
     if m_status != 200:
         result["metrics_msg"] = m_problem or f"GET {base}/metrics answered HTTP {m_status}"
         return result

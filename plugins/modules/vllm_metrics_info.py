@@ -233,15 +233,12 @@ summary:
     TTFT p50/p90/p99 0.231/0.917/4 s (n=40), ITL p50/p90/p99 0.0404/0.0689/0.135 s (n=2405)
 """
 
-import socket
 import time
 from typing import Any
-from urllib.error import HTTPError, URLError
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.urls import ConnectionError as UrlsConnectionError
-from ansible.module_utils.urls import open_url
 
+from ansible_collections.dgxspark.vllm.plugins.module_utils._http import api_headers, get
 from ansible_collections.dgxspark.vllm.plugins.module_utils._metrics import (
     MetricsParseError,
     format_summary,
@@ -271,27 +268,20 @@ def metrics_url(api_url: str) -> str:
 
 def fetch(url: str, headers: dict[str, str], params: dict[str, Any]) -> str:
     """The body of one GET; `MetricsReadError` for anything but an answer."""
-    try:
-        response = open_url(
-            url, method="GET", headers=headers, timeout=params["timeout"],
-            validate_certs=params["validate_certs"], use_proxy=params["use_proxy"],
-        )
-        return response.read().decode("utf-8", errors="replace")
-    except HTTPError as exc:
-        hint = " (the API key is missing or wrong: api_key)" if exc.code in (401, 403) else ""
-        raise MetricsReadError(f"GET {url} answered HTTP {exc.code} {exc.reason}{hint}", exc.code) from None
-    except URLError as exc:
-        raise MetricsReadError(
-            f"GET {url} got no HTTP answer (status -1): {exc.reason}; is the vLLM API up?", -1) from None
-    except (UrlsConnectionError, socket.timeout, OSError) as exc:
-        raise MetricsReadError(f"GET {url} got no HTTP answer (status -1): {exc}; is the vLLM API up?", -1) from None
+    answer = get(url, headers, params["timeout"], validate_certs=params["validate_certs"],
+                 use_proxy=params["use_proxy"])
+    if answer.status in (401, 403):
+        raise MetricsReadError(answer.problem + " (the API key is missing or wrong: api_key)", answer.status)
+    if answer.status == -1:
+        raise MetricsReadError(answer.problem + "; is the vLLM API up?", -1)
+    if answer.problem:
+        raise MetricsReadError(answer.problem, answer.status)
+    return answer.body
 
 
 def read_metrics(url: str, params: dict[str, Any]) -> dict[str, Any]:
     """Read ``url`` once, or twice ``interval`` seconds apart, and summarise vLLM's figures."""
-    headers = {"Accept": "text/plain"}
-    if params["api_key"]:
-        headers["Authorization"] = "Bearer " + params["api_key"]
+    headers = api_headers(params["api_key"], "text/plain")
     reads: list[tuple[str, float]] = []
     for index in range(2 if params["interval"] > 0 else 1):
         if index:

@@ -191,15 +191,13 @@ api:
            metrics_msg: null}
 """
 
+import functools
 import os
-import socket
-from urllib.error import HTTPError, URLError
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.urls import ConnectionError as UrlsConnectionError
-from ansible.module_utils.urls import open_url
 
 from ansible_collections.dgxspark.vllm.plugins.module_utils._api_probe import probe
+from ansible_collections.dgxspark.vllm.plugins.module_utils._http import get
 
 from ansible_collections.dgxspark.vllm.plugins.module_utils._node_state import (
     NodeStateError, chosen_iface, describe, identity, interface_with_ip, no_interface_message, parse_ipv4_addresses,
@@ -232,21 +230,6 @@ def _cx7_iface(module: AnsibleModule, cx7_ip: str) -> str:
     if found is None:
         module.fail_json(msg=no_interface_message(cx7_ip, addresses), ipv4_interfaces=addresses)
     return found
-
-
-def _get(timeout: float):
-    """One GET without a proxy: (status, body, problem), status -1 without an HTTP answer."""
-    def get(url: str, headers: dict) -> tuple:
-        try:
-            response = open_url(url, method="GET", headers=headers, timeout=timeout, use_proxy=False)
-            return response.getcode(), response.read().decode("utf-8", errors="replace"), ""
-        except HTTPError as exc:
-            return exc.code, "", "GET %s answered HTTP %s %s" % (url, exc.code, exc.reason)
-        except URLError as exc:
-            return -1, "", "GET %s got no HTTP answer: %s" % (url, exc.reason)
-        except (UrlsConnectionError, socket.timeout, OSError) as exc:
-            return -1, "", "GET %s got no HTTP answer: %s" % (url, exc)
-    return get
 
 
 def main() -> None:
@@ -304,7 +287,7 @@ def main() -> None:
                      "identity": identity(p["name"], state)}
     api = None
     if p["api_url"]:
-        api = probe(_get(p["api_timeout"]), p["api_url"], p["api_key"] or None, p["api_metrics"])
+        api = probe(functools.partial(get, timeout=p["api_timeout"]), p["api_url"], p["api_key"] or None, p["api_metrics"])
     module.exit_json(changed=False, cx7_iface=cx7_iface, rdma=rdma, api=api, **state, **described)
 
 

@@ -197,12 +197,11 @@ import json
 import os
 import tempfile
 import time
-from urllib.error import HTTPError, URLError
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.urls import open_url
 
 from ansible_collections.dgxspark.vllm.plugins.module_utils._docker_logs import DockerLogsError, read_container_logs
+from ansible_collections.dgxspark.vllm.plugins.module_utils._http import api_headers, get
 from ansible_collections.dgxspark.vllm.plugins.module_utils._startup import (
     StartupError, describe_progress, established_peers, make_watch, observe, step,
 )
@@ -244,7 +243,7 @@ def _write_progress(path: str, document: dict) -> None:
 def _check_api(module: AnsibleModule, url: str, api_key: str | None, timeout: float, poll: float,
                container: str) -> tuple[dict, str | None]:
     """Poll url until HTTP 200 while the container runs; (api result, reason it failed or None)."""
-    headers = {"Authorization": "Bearer " + api_key} if api_key else {}
+    headers = api_headers(api_key)
     t0 = time.monotonic()
     status, error = None, None
     while True:
@@ -253,22 +252,17 @@ def _check_api(module: AnsibleModule, url: str, api_key: str | None, timeout: fl
             error = "this rank's container %s while waiting for the API (exit code %s)" % (
                 "stopped" if exists else "disappeared", exit_code)
             break
-        try:
-            response = open_url(url, headers=headers, timeout=min(10.0, max(timeout, 1.0)), validate_certs=False,
-                                use_proxy=False)  # the CX7 link, never through a proxy
-            status = response.getcode()
-            if status == 200:
-                return {"url": url, "status": status, "error": None, "elapsed": round(time.monotonic() - t0, 1)}, None
-            error = "HTTP %s" % status
-        except HTTPError as exc:
-            status, error = exc.code, "HTTP %s" % exc.code
-            if exc.code in (401, 403):   # a wrong key does not get better by waiting
-                error = "%s refused the API key (HTTP %s): check dgxspark_vllm_api_key" % (url, exc.code)
-                break
-        except (URLError, OSError, ValueError) as exc:
-            status, error = None, str(getattr(exc, "reason", exc))
+        # the CX7 link, never through a proxy
+        answer = get(url, headers, min(10.0, max(timeout, 1.0)), validate_certs=False)
+        status = None if answer.status == -1 else answer.status
+        if answer.status == 200:
+            return {"url": url, "status": status, "error": None, "elapsed": round(time.monotonic() - t0, 1)}, None
+        error = answer.problem
+        if answer.status in (401, 403):   # a wrong key does not get better by waiting
+            error = "%s refused the API key (HTTP %s): check dgxspark_vllm_api_key" % (url, answer.status)
+            break
         if time.monotonic() - t0 >= timeout:
-            error = "%s did not answer HTTP 200 from this node within %g s (last: %s)" % (url, timeout, error)
+            error = "%s did not answer HTTP 200 from this node within %g s (last try: %s)" % (url, timeout, error)
             break
         time.sleep(poll)
     return {"url": url, "status": status, "error": error, "elapsed": round(time.monotonic() - t0, 1)}, error

@@ -15,6 +15,7 @@ import pytest
 import yaml
 from ansible.module_utils import basic
 
+from ansible_collections.dgxspark.vllm.plugins.module_utils import _http
 from ansible_collections.dgxspark.vllm.plugins.module_utils._metrics import SUMMARY_KEYS
 from ansible_collections.dgxspark.vllm.plugins.modules import vllm_metrics_info
 from helpers.module_runner import ModuleFail, run_module
@@ -37,6 +38,13 @@ def _serialization_profile(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(basic, "_ANSIBLE_PROFILE", "legacy")
 
 
+class Answered(io.BytesIO):
+    """An HTTP 200 response: the body, and its status."""
+
+    def getcode(self) -> int:
+        return 200
+
+
 class FakeServer:
     """Stands in for open_url: answers each call with the next body (or raises the next exception)."""
 
@@ -44,12 +52,12 @@ class FakeServer:
         self.answers = list(answers)
         self.calls: list[tuple[str, dict[str, Any]]] = []
 
-    def __call__(self, url: str, **kwargs: Any) -> io.BytesIO:
+    def __call__(self, url: str, **kwargs: Any) -> Answered:
         self.calls.append((url, kwargs))
         answer = self.answers.pop(0)
         if isinstance(answer, Exception):
             raise answer
-        return io.BytesIO(answer.encode("utf-8"))
+        return Answered(answer.encode("utf-8"))
 
 
 class FakeClock:
@@ -76,7 +84,7 @@ def clock() -> Iterator[FakeClock]:
 
 
 def _run(args: dict[str, Any], server: FakeServer, check_mode: bool = False) -> dict[str, Any]:
-    with mock.patch.object(vllm_metrics_info, "open_url", server):
+    with mock.patch.object(_http, "open_url", server):
         return run_module(vllm_metrics_info.main, args, check_mode=check_mode)
 
 

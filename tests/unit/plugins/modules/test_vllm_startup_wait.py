@@ -14,6 +14,7 @@ from urllib.error import HTTPError, URLError
 import pytest
 from ansible.module_utils import basic
 
+from ansible_collections.dgxspark.vllm.plugins.module_utils import _http
 from ansible_collections.dgxspark.vllm.plugins.module_utils._vllm_log import parse_log
 from ansible_collections.dgxspark.vllm.plugins.modules import vllm_startup_wait
 from helpers.fixtures import read_log
@@ -92,6 +93,9 @@ class FakeResponse:
     def getcode(self) -> int:
         return self.code
 
+    def read(self) -> bytes:
+        return b"{}"
+
 
 def _run_api(fake: FakeDocker, answers: list[Any], **extra: Any) -> tuple[dict[str, Any], list[dict[str, Any]]]:
     """A worker at the rendezvous checking the head's API; answers: FakeResponse or exceptions, in order."""
@@ -106,7 +110,7 @@ def _run_api(fake: FakeDocker, answers: list[Any], **extra: Any) -> tuple[dict[s
 
     args = {"container": "vllm_glm53", "target_phase": "rendezvous",
             "api_url": "http://198.51.100.1:8000/v1/models", "poll_interval": 0.001, **extra}
-    with mock.patch.object(vllm_startup_wait, "open_url", open_url):
+    with mock.patch.object(_http, "open_url", open_url):
         return _run(args, fake, may_poll=True), calls
 
 
