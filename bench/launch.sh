@@ -6,7 +6,8 @@
 # complete." The gap between the worker's rendezvous and the head's start is the launch's own latency (noticing
 # the rendezvous, starting the head's container) and counts as overhead.
 # Usage: bench/launch.sh   (brings the lab up and stages the model if needed; leaves the serve running)
-# Env: BENCH_TASKS (how many of the slowest tasks to list, default 12). Logs: bench/out/launch-<time>/.
+# Env: BENCH_TASKS (how many of the slowest tasks to list, default 12); BENCH_EXTRA_VARS (one -e value for both
+# measured runs, e.g. '{"launch_poll_interval": 2}', to compare a setting). Logs: bench/out/launch-<time>/.
 set -euo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 . "$ROOT/bin/lib.sh"
@@ -20,11 +21,12 @@ ansible-playbook -i $inv playbooks/launch.yml >/dev/null
 ansible-playbook -i $inv playbooks/teardown.yml >/dev/null        # a cold launch: no serve container
 tmp=$ROOT/bench/out/launch-$(date +%Y%m%d-%H%M%S); mkdir -p "$tmp"
 t0=$(date +%s.%N)
+extra=(); [ -z "${BENCH_EXTRA_VARS:-}" ] || extra=(-e "$BENCH_EXTRA_VARS")
 ANSIBLE_CALLBACKS_ENABLED=ansible.posix.profile_tasks PROFILE_TASKS_TASK_OUTPUT_LIMIT=${BENCH_TASKS:-12} \
-  ansible-playbook -i $inv playbooks/launch.yml >"$tmp/launch.out"
+  ansible-playbook -i $inv playbooks/launch.yml "${extra[@]}" >"$tmp/launch.out"
 t1=$(date +%s.%N)
 ANSIBLE_CALLBACKS_ENABLED=ansible.posix.profile_tasks PROFILE_TASKS_TASK_OUTPUT_LIMIT=${BENCH_TASKS:-12} \
-  ansible-playbook -i $inv playbooks/launch.yml >"$tmp/noop.out"
+  ansible-playbook -i $inv playbooks/launch.yml "${extra[@]}" >"$tmp/noop.out"
 t2=$(date +%s.%N)
 docker exec dgxlab-worker docker logs --timestamps vllm_glm53 >"$tmp/worker.log" 2>&1
 docker exec dgxlab-head docker logs --timestamps vllm_glm53 >"$tmp/head.log" 2>&1

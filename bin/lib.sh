@@ -39,6 +39,17 @@ ensure_venv() {
   "$v/bin/pip" install -q -r "$ROOT/requirements/dev.txt"
   touch "$v/.complete"
 }
+# The clean controller bin/artifact installs the built collection with (requirements/controller.txt only, the
+# collection's users' way), keyed by the hash of that file; bin/test builds it in the background with the lab.
+artifact_venv_path() { echo "$CACHE/artifact-venv-$(sha256sum <"$ROOT/requirements/controller.txt" | cut -c1-12)"; }
+ensure_artifact_venv() {
+  local v; v=$(artifact_venv_path)
+  [ -x "$v/bin/ansible-playbook" ] && [ -f "$v/.complete" ] && return 0
+  rm -rf "$v"
+  python3 -m venv "$v"
+  "$v/bin/pip" install -q -r "$ROOT/requirements/controller.txt"
+  touch "$v/.complete"
+}
 venv_activate() {
   ensure_venv
   # shellcheck disable=SC1091

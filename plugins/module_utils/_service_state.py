@@ -12,6 +12,8 @@ from typing import Any, Mapping, Sequence
 
 # What `systemctl show` is asked for, one --property each.
 UNIT_PROPERTIES: tuple[str, ...] = ("LoadState", "ActiveState", "UnitFileState")
+# ActiveState values of a unit that runs or is about to (a stop is still due for each)
+_RUNNING_STATES = ("active", "activating", "reloading")
 
 
 def parse_show(text: str) -> dict[str, str]:
@@ -46,9 +48,10 @@ def file_state(path: str, data: bytes | None, wanted: str | None, read: bool) ->
     return state
 
 
-def differences(unit: Mapping[str, Any] | None, files: Sequence[Mapping[str, Any]]) -> list[str]:
-    """What keeps the service from being as planned, one phrase each (empty: installed as planned and running,
-    enabled at boot)."""
+def differences(unit: Mapping[str, Any] | None, files: Sequence[Mapping[str, Any]], running: bool = True,
+                enabled: bool = True) -> list[str]:
+    """What keeps the service from being as planned, one phrase each (empty: installed as planned, and the unit
+    active or not as ``running`` asks, enabled at boot or not as ``enabled`` asks)."""
     found: list[str] = []
     for item in files:
         if item["matches"] is None:
@@ -61,9 +64,13 @@ def differences(unit: Mapping[str, Any] | None, files: Sequence[Mapping[str, Any
         if not unit["loaded"]:
             found.append(f"the unit {unit['name']} is not installed ({unit['load_state'] or 'unknown'})")
         else:
-            if not unit["running"]:
+            if running and not unit["running"]:
                 found.append(f"the unit {unit['name']} is {unit['active_state'] or 'in an unknown state'}, not active")
-            if not unit["enabled"]:
+            elif not running and unit["active_state"] in _RUNNING_STATES:
+                found.append(f"the unit {unit['name']} is {unit['active_state']}, not stopped")
+            if enabled and not unit["enabled"]:
                 found.append(f"the unit {unit['name']} is {unit['unit_file_state'] or 'not enabled'} at boot, "
                              "not enabled")
+            elif not enabled and unit["enabled"]:
+                found.append(f"the unit {unit['name']} is enabled at boot, not disabled")
     return found

@@ -22,6 +22,18 @@ options:
     description:
       - The unit's full name (for example V(dgxspark-cache-flush-follow.service)). Omitted, only the files are read.
     type: str
+  running:
+    description:
+      - The unit's planned state. V(true), RV(current) needs it active; V(false), it must not be active, activating
+        or reloading (inactive or failed).
+    type: bool
+    default: true
+  enabled:
+    description:
+      - Whether the unit is planned to start at boot. RV(current) needs it enabled (V(true)) or not enabled
+        (V(false)).
+    type: bool
+    default: true
   files:
     description:
       - The files to read.
@@ -76,7 +88,9 @@ EXAMPLES = r"""
 
 RETURN = r"""
 current:
-  description: Every file given with C(content) holds it, and the unit (when given) is loaded, active and enabled.
+  description:
+    - Every file given with C(content) holds it, and the unit (when given) is loaded, active or not as O(running)
+      plans and enabled at boot or not as O(enabled) plans.
   returned: always
   type: bool
   sample: true
@@ -122,6 +136,8 @@ def main() -> None:
     module = AnsibleModule(
         argument_spec={
             "unit": {"type": "str"},
+            "running": {"type": "bool", "default": True},
+            "enabled": {"type": "bool", "default": True},
             "files": {"type": "list", "elements": "dict", "default": [], "options": {
                 "path": {"type": "path", "required": True},
                 "content": {"type": "str"},
@@ -141,7 +157,7 @@ def main() -> None:
         unit = unit_state(module.params["unit"], parse_show(out))
     files = [file_state(item["path"], _read(module, item["path"]), item["content"], item["read"])
              for item in module.params["files"]]
-    found = differences(unit, files)
+    found = differences(unit, files, module.params["running"], module.params["enabled"])
     module.exit_json(changed=False, current=not found, differences=found, unit=unit, files=files)
 
 

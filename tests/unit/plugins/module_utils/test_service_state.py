@@ -56,3 +56,24 @@ def test_files_without_planned_content_are_read_not_judged() -> None:
     assert absent == {"path": "/etc/dgxspark/guard.json", "exists": False, "sha256": None, "matches": None,
                       "content": None}
     assert differences(None, [key, absent]) == []
+
+
+@pytest.mark.parametrize("show, found", [
+    # a stopped unit, failed or inactive, disabled at boot, is what a stopped, disabled plan wants
+    (DISABLED_FAILED, []),
+    ("LoadState=loaded\nActiveState=inactive\nUnitFileState=disabled\n", []),
+    (RUNNING, [f"the unit {UNIT} is active, not stopped", f"the unit {UNIT} is enabled at boot, not disabled"]),
+    ("LoadState=loaded\nActiveState=activating\nUnitFileState=disabled\n", [f"the unit {UNIT} is activating, not stopped"]),
+])
+def test_a_unit_planned_stopped_and_disabled(show: str, found: list[str]) -> None:
+    assert differences(unit_state(UNIT, parse_show(show)), [], running=False, enabled=False) == found
+
+
+def test_a_unit_planned_running_but_not_enabled_at_boot() -> None:
+    running_disabled = unit_state(UNIT, parse_show("LoadState=loaded\nActiveState=active\nUnitFileState=disabled\n"))
+    assert differences(running_disabled, [], running=True, enabled=False) == []
+    assert differences(unit_state(UNIT, parse_show(RUNNING)), [], running=True, enabled=False) == [
+        f"the unit {UNIT} is enabled at boot, not disabled"]
+    # not installed is a difference whatever the plan
+    assert differences(unit_state(UNIT, parse_show(UNKNOWN)), [], running=False, enabled=False) == [
+        f"the unit {UNIT} is not installed (not-found)"]
