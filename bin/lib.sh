@@ -31,25 +31,21 @@ ensure_host_docker() {
 # The controller's virtualenv, built from requirements/dev.txt and keyed by the hash of it and of the
 # requirements file it includes (controller.txt), so a change in either builds a new one.
 venv_path() { echo "$CACHE/venv-$(cat "$ROOT/requirements/dev.txt" "$ROOT/requirements/controller.txt" | sha256sum | cut -c1-12)"; }
-ensure_venv() {
-  local v; v=$(venv_path)
-  [ -x "$v/bin/molecule" ] && [ -f "$v/.complete" ] && return 0
+ensure_venv() { build_venv "$(venv_path)" "$ROOT/requirements/dev.txt" molecule; }
+# build_venv DIR REQUIREMENTS PROGRAM: a virtualenv at DIR from one requirements file, kept when its PROGRAM is there
+# and its last build completed.
+build_venv() {
+  local v=$1 requirements=$2 program=$3
+  [ -x "$v/bin/$program" ] && [ -f "$v/.complete" ] && return 0
   rm -rf "$v"
   python3 -m venv "$v"
-  "$v/bin/pip" install -q -r "$ROOT/requirements/dev.txt"
+  "$v/bin/pip" install -q -r "$requirements"
   touch "$v/.complete"
 }
 # The clean controller bin/artifact installs the built collection with (requirements/controller.txt only, the
 # collection's users' way), keyed by the hash of that file; bin/test builds it in the background with the lab.
 artifact_venv_path() { echo "$CACHE/artifact-venv-$(sha256sum <"$ROOT/requirements/controller.txt" | cut -c1-12)"; }
-ensure_artifact_venv() {
-  local v; v=$(artifact_venv_path)
-  [ -x "$v/bin/ansible-playbook" ] && [ -f "$v/.complete" ] && return 0
-  rm -rf "$v"
-  python3 -m venv "$v"
-  "$v/bin/pip" install -q -r "$ROOT/requirements/controller.txt"
-  touch "$v/.complete"
-}
+ensure_artifact_venv() { build_venv "$(artifact_venv_path)" "$ROOT/requirements/controller.txt" ansible-playbook; }
 venv_activate() {
   ensure_venv
   # shellcheck disable=SC1091
