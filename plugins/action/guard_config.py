@@ -12,6 +12,7 @@ from typing import Any
 from ansible_collections.dgxspark.vllm.plugins.module_utils._guard import (
     CONFIG_ARGUMENT_SPEC as ARGUMENT_SPEC,
     GuardConfigError,
+    arm_reason,
     build_document,
     install_current,
     install_fingerprint,
@@ -44,8 +45,12 @@ class ActionModule(ControllerAction):
             files = params["payload"] + [os.path.join(here, name) for name in params["module_utils"]]
             document["_install"] = install_fingerprint(plain(params["install"]), self._payload(files))
         workers = [{"name": host, "alias": ssh_alias(host), "address": addresses[host]} for host in addresses]
-        return {"changed": False, "document": document, "workers": workers,
-                "current": install_current(params["installed"], document)}
+        current = install_current(params["installed"], document)
+        ranks = [rank["name"] for rank in document["ranks"]]
+        reason = (arm_reason(params["armed_state"], params["maintenance_held"], plain(params["serving"]), ranks)
+                  if current else "the guard is installed in this run")
+        return {"changed": False, "document": document, "workers": workers, "current": current,
+                "arm": reason is not None, "arm_reason": reason or "it keeps this group already: arming changes nothing"}
 
     @staticmethod
     def _payload(paths: list[str]) -> dict[str, bytes]:

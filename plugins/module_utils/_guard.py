@@ -388,6 +388,37 @@ def arm(state: GuardState, baseline: dict[str, str], now: float, holder: str) ->
     set_status(state, "armed", f"armed by {holder}", now)
 
 
+def arm_changes(state: GuardState, baseline: dict[str, str]) -> bool:
+    """Whether arm() with this baseline changes what the guard keeps: its status (a maintenance the arming run took
+    itself is no change), the group's container starts, or restores in the window not yet forgotten."""
+    status = "armed" if state.status == "maintenance" else state.status
+    before = (status, dict(state.baseline), [a.get("window_reset") for a in state.attempts])
+    return before != ("armed", dict(baseline), [True] * len(state.attempts))
+
+
+def arm_reason(state_text: str | None, maintenance_held: bool, serving: dict[str, str], ranks: list[str]) -> str | None:
+    """Why a run must arm the guard now; None when arming would change nothing.
+
+    state_text is the head's state file as read in this run (None: absent), maintenance_held whether the maintenance
+    lock file exists, serving each rank's serve container start (Docker's State.StartedAt) as read in this run by a
+    caller that started nothing since (empty: the caller started the group, or did not read it)."""
+    missing = [rank for rank in ranks if not serving.get(rank)]
+    if missing:
+        if not serving:
+            return "the group was started in this run (or its containers were not read)"
+        return f"no container start read for {', '.join(missing)}"
+    if state_text is None:
+        return "the guard has no state file yet"
+    if maintenance_held:
+        return "a maintenance lock is held"
+    state = state_from_json(state_text)
+    if state.status != "armed":
+        return f"the guard is {state.status}"
+    if arm_changes(state, {rank: serving[rank] for rank in ranks}):
+        return "the guard keeps another group (its container starts differ) or has restores not yet forgotten"
+    return None
+
+
 # ------------------------------------------------------------------------------------------------ maintenance
 
 def maintenance_document(holder: str, now: float, ttl_seconds: float) -> dict[str, Any]:
@@ -429,6 +460,9 @@ CONFIG_ARGUMENT_SPEC: dict[str, Any] = dict(
     module_utils=dict(type="list", elements="str", default=[]),
     install=dict(type="dict", default={}),
     installed=dict(type="str"),
+    serving=dict(type="dict", default={}),
+    armed_state=dict(type="str"),
+    maintenance_held=dict(type="bool", default=False),
 )
 
 

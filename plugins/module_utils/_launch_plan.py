@@ -111,7 +111,8 @@ class Plan:
         return {"step": self.step, "specs": self.specs, "state": self.state, "message": self.message,
                 "stop_first": self.stop_first, "any_exists": self.any_exists,
                 "attempt": self.state.get("attempt", 0), "kv": self.state.get("kv", {}),
-                "max_model_len": self.state.get("max_model_len"), "notes": list(self.state.get("notes", []))}
+                "max_model_len": self.state.get("max_model_len"), "notes": list(self.state.get("notes", [])),
+                "serving": dict(self.state.get("serving", {}))}
 
 
 Render = Callable[[Mapping[str, Any]], "dict[str, dict[str, Any]]"]
@@ -408,6 +409,9 @@ def plan(config: Mapping[str, Any], nodes: Mapping[str, Mapping[str, Any]], rend
                           any_exists=any_exists)
         # a group that runs the render but has no measured KV budget (a calibration that failed) calibrates again
         if not restart and kv.source != "calibrate":
+            # the group this run found serving (each rank's container start): the guard keeps it already when armed
+            state["serving"] = {name: str((_node_state(nodes, name).get("container") or {}).get("started_at") or "")
+                                for name in order}
             served = served_metrics(nodes, order)
             if served is not None:   # the read found it serving: nothing to start and nothing left to check
                 text = kv_report_text(kv_source_text(kv.as_dict(), calibration.record_path), kv.bytes, served,

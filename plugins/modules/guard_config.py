@@ -74,6 +74,21 @@ options:
       - The text of the configuration installed on the head now (absent when there is none). RV(current) says whether
         it is the document, fingerprint included.
     type: str
+  serving:
+    description:
+      - Each rank's serve container start (Docker's C(State.StartedAt)), keyed by inventory name, as read in this run
+        by a caller that started nothing since (the launch's node read when the group already served). With it,
+        RV(arm) is false when the guard is installed as planned and keeps this group already.
+      - Empty (the caller started the group, or read nothing), RV(arm) is true.
+    type: dict
+    default: {}
+  armed_state:
+    description: The text of the guard's state file on the head as read in this run (absent when there is none).
+    type: str
+  maintenance_held:
+    description: Whether the maintenance lock file exists on the head, as read in this run.
+    type: bool
+    default: false
 """
 
 EXAMPLES = r"""
@@ -105,6 +120,19 @@ current:
   returned: success
   type: bool
   sample: true
+arm:
+  description:
+    - Whether the run must arm the guard now. False only when the guard is installed as planned (RV(current)), its
+      state file says it is armed with the containers in O(serving), no maintenance lock is held and no restore is
+      left to forget (arming would change nothing).
+  returned: success
+  type: bool
+  sample: false
+arm_reason:
+  description: Why the guard is armed now, or why it is not (one phrase).
+  returned: success
+  type: str
+  sample: "the group was started in this run (or its containers were not read)"
 problems:
   description: Every problem found, when the document cannot be used.
   returned: failure

@@ -148,6 +148,14 @@ notes:
   returned: success
   type: list
   elements: str
+serving:
+  description:
+    - Each rank's serve container start (Docker's C(State.StartedAt)) when this launch found the group serving its
+      render and starts nothing (steps C(nothing) and C(done) after it); empty once a start is planned. The guard
+      role takes it as C(guard_serving), to leave a guard that keeps this group as it is.
+  returned: success
+  type: dict
+  sample: {"spark-a": "2026-12-01T07:05:12.123456789Z", "spark-b": "2026-12-01T07:04:40.987654321Z"}
 state:
   description: What the next call continues from (pass it as O(previous)).
   returned: success

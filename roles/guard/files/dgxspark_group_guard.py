@@ -571,11 +571,10 @@ class Guard:
             raise RuntimeError("cannot arm: %s" % "; ".join(
                 "%s: %s" % (o.name, o.error or ("absent" if not o.exists else "not running")) for o in missing))
         state = self.files.state
+        baseline = self.baseline(observed)
         # the maintenance the arming run itself took (and releases here) is no change of what the guard keeps
-        status = "armed" if state.status == "maintenance" else state.status
-        before = (status, dict(state.baseline), [a.get("window_reset") for a in state.attempts])
-        G.arm(state, self.baseline(observed), self.clock(), holder)
-        changed = before != (state.status, state.baseline, [a.get("window_reset") for a in state.attempts])
+        changed = G.arm_changes(state, baseline)
+        G.arm(state, baseline, self.clock(), holder)
         try:
             os.unlink(self.config.maintenance_path)
         except FileNotFoundError:

@@ -71,3 +71,30 @@ def test_two_files_of_one_name_are_refused(tmp_path: Path) -> None:
     (tmp_path / "dgxspark_group_guard.py").write_text("print('guard')\n", encoding="utf-8")
     with pytest.raises(AnsibleActionFail, match=r"share the name dgxspark_group_guard\.py"):
         _run(tmp_path, payload=[str(tmp_path / "dgxspark_group_guard.py"), str(other / "dgxspark_group_guard.py")])
+
+
+T1 = "2027-01-15T09:00:00.000000001Z"
+SERVING = {"spark1": T1, "spark2": T1}
+
+
+def _armed(baseline: dict[str, str], status: str = "armed") -> str:
+    return json.dumps({"status": status, "since": 1.0, "detail": "armed by launch.yml", "baseline": baseline,
+                       "attempts": []})
+
+
+def test_arm_is_skipped_only_when_the_installed_guard_keeps_this_group(tmp_path: Path) -> None:
+    installed = _as_written(_run(tmp_path)["document"])
+    quiet = _run(tmp_path, installed, serving=SERVING, armed_state=_armed(SERVING))
+    assert (quiet["current"], quiet["arm"]) == (True, False)
+    assert "arming changes nothing" in quiet["arm_reason"]
+    # the launch started the group in this run: it gives no container starts
+    assert _run(tmp_path, installed, armed_state=_armed(SERVING))["arm"] is True
+    # the guard keeps an older group, is disarmed, has no state, or a maintenance lock is left
+    assert _run(tmp_path, installed, serving=SERVING, armed_state=_armed({"spark1": T1, "spark2": "x"}))["arm"] is True
+    assert _run(tmp_path, installed, serving=SERVING, armed_state=_armed(SERVING, "disarmed"))["arm"] is True
+    assert _run(tmp_path, installed, serving=SERVING)["arm_reason"] == "the guard has no state file yet"
+    held = _run(tmp_path, installed, serving=SERVING, armed_state=_armed(SERVING), maintenance_held=True)
+    assert (held["arm"], held["arm_reason"]) == (True, "a maintenance lock is held")
+    # a guard installed in this run is armed, whatever its state file says
+    fresh = _run(tmp_path, serving=SERVING, armed_state=_armed(SERVING))
+    assert (fresh["current"], fresh["arm"], fresh["arm_reason"]) == (False, True, "the guard is installed in this run")

@@ -361,6 +361,41 @@ def test_arm_clears_give_up_and_resets_the_window():
     assert G.decide(state, cfg, finding(), NOW) == "restore"
 
 
+def test_arm_changes_is_what_arm_changes():
+    armed = G.GuardState(status="armed", baseline=dict(BASELINE), attempts=[attempt(NOW - 30, window_reset=True)])
+    assert G.arm_changes(armed, BASELINE) is False
+    # the arming run's own maintenance is no change
+    assert G.arm_changes(G.GuardState(status="maintenance", baseline=dict(BASELINE)), BASELINE) is False
+    assert G.arm_changes(armed, {"spark1": T2, "spark2": T1, "spark3": T1}) is True   # a rank started again
+    assert G.arm_changes(G.GuardState(status="armed", baseline=dict(BASELINE), attempts=[attempt(NOW - 30)]),
+                         BASELINE) is True                                            # a restore not yet forgotten
+    for status in ("gave_up", "disarmed", "backoff"):
+        assert G.arm_changes(G.GuardState(status=status, baseline=dict(BASELINE)), BASELINE) is True
+    # arm() leaves nothing for a second arm to change
+    state = G.GuardState(status="gave_up", baseline={}, attempts=[attempt(NOW - 30)], gave_up={"reason": "x"})
+    assert G.arm_changes(state, BASELINE) is True
+    G.arm(state, BASELINE, NOW, "launch.yml")
+    assert G.arm_changes(state, BASELINE) is False
+
+
+def test_arm_reason_says_why_a_run_must_arm_and_none_when_arming_changes_nothing():
+    ranks = ["spark1", "spark2", "spark3"]
+    armed = G.GuardState(status="armed", baseline=dict(BASELINE), since=NOW).to_json()
+    assert G.arm_reason(armed, False, dict(BASELINE), ranks) is None
+    assert G.arm_reason(armed, False, {}, ranks) == "the group was started in this run (or its containers were not read)"
+    assert G.arm_reason(armed, False, {"spark1": T1, "spark2": T1}, ranks) == "no container start read for spark3"
+    assert G.arm_reason(armed, False, dict(BASELINE, spark3=""), ranks) == "no container start read for spark3"
+    assert G.arm_reason(None, False, dict(BASELINE), ranks) == "the guard has no state file yet"
+    assert G.arm_reason(armed, True, dict(BASELINE), ranks) == "a maintenance lock is held"
+    disarmed = G.GuardState(status="disarmed", baseline=dict(BASELINE)).to_json()
+    assert G.arm_reason(disarmed, False, dict(BASELINE), ranks) == "the guard is disarmed"
+    assert "container starts differ" in G.arm_reason(armed, False, dict(BASELINE, spark2=T2), ranks)
+    unforgotten = G.GuardState(status="armed", baseline=dict(BASELINE), attempts=[attempt(NOW - 5, ok=True)]).to_json()
+    assert "not yet forgotten" in G.arm_reason(unforgotten, False, dict(BASELINE), ranks)
+    # an unreadable state file is a fresh state: it keeps no group
+    assert G.arm_reason("{not json", False, dict(BASELINE), ranks) is not None
+
+
 def test_set_status():
     state = G.GuardState(status="armed", since=1.0)
     assert G.set_status(state, "armed", "", 5.0) is False and state.since == 1.0

@@ -297,6 +297,7 @@ def test_a_start_that_serves_is_done_with_the_kv_report() -> None:
     assert (done.step, done.stop_first, done.cache) == ("done", False, None)
     assert done.message == (f"KV cache: {ONE_GIB} bytes (recorded {EARLIER} in {RECORD} for key {key}); "
                             f"{REPORT_READY} at max-model-len 4096.")
+    assert first.as_result()["serving"] == done.as_result()["serving"] == {}   # started now: the guard is armed
 
 
 @pytest.mark.parametrize("metrics, tokens", [
@@ -335,8 +336,12 @@ def test_a_group_found_serving_and_answering_is_done_after_one_read() -> None:
     done = run(cfg, _answered(states, metrics), cache)
     key, _parts = lab_key(cfg, states)
     assert (done.step, done.state["attempt"], done.cache, done.any_exists) == ("done", 0, None, True)
+    # the group found serving, for the guard (it keeps this group already when its baseline is these starts)
+    started = "2026-12-01T00:20:00Z"
+    assert done.as_result()["serving"] == {HEAD: started, WORKER: started}
     # the same report as the longer way (nothing, the API check, /metrics, plan again)
     longer = run(cfg, states, cache, run(cfg, states, cache), None, metrics)
+    assert longer.as_result()["serving"] == {HEAD: started, WORKER: started}
     assert done.message == longer.message == (
         f"KV cache: {ONE_GIB} bytes (recorded {EARLIER} in {RECORD} for key {key}); 4194304 "
         "tokens (from the engine's /metrics) at max-model-len 4096.")
@@ -701,7 +706,7 @@ def test_the_result_carries_the_step_and_what_the_next_call_needs() -> None:
     cfg, states = config(), nodes()
     result = run(cfg, states).as_result()
     assert set(result) == {"step", "specs", "state", "message", "stop_first", "any_exists", "attempt", "kv",
-                           "max_model_len", "notes"}
+                           "max_model_len", "notes", "serving"}
     assert (result["step"], result["attempt"], result["max_model_len"], result["notes"]) == ("calibrate", 1, "4096",
                                                                                              [])
     assert result["kv"] == result["state"]["kv"]
