@@ -6,7 +6,10 @@
 # complete." The gap between the worker's rendezvous and the head's start is the launch's own latency (noticing
 # the rendezvous, starting the head's container) and counts as overhead.
 # Usage: bench/launch.sh   (brings the lab up and stages the model if needed; leaves the serve running)
-# Env: BENCH_TASKS (how many of the slowest tasks to list, default 12); BENCH_EXTRA_VARS (one -e value for both
+# The no-op re-run is measured BENCH_NOOP_RUNS times (default 3) right after the launch; the ratio is the median's.
+# The lab's nodes share this machine's kernel, so each page-cache flush on a node (the launch's flush service, then
+# the guard's follow mode for guard_flush_window_seconds) also drops the controller's cache: the bench counts them.
+# Env: BENCH_TASKS (how many of the slowest tasks to list, default 12); BENCH_EXTRA_VARS (one -e value for all
 # measured runs, e.g. '{"launch_poll_interval": 2}', to compare a setting). Logs: bench/out/launch-<time>/.
 set -euo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -28,6 +31,19 @@ t1=$(date +%s.%N)
 ANSIBLE_CALLBACKS_ENABLED=ansible.posix.profile_tasks PROFILE_TASKS_TASK_OUTPUT_LIMIT=${BENCH_TASKS:-12} \
   ansible-playbook -i $inv playbooks/launch.yml "${extra[@]}" >"$tmp/noop.out"
 t2=$(date +%s.%N)
+noops=("$(echo "$t2 - $t1" | bc)")
+for i in $(seq 2 "${BENCH_NOOP_RUNS:-3}"); do
+  a=$(date +%s.%N)
+  ansible-playbook -i $inv playbooks/launch.yml "${extra[@]}" >"$tmp/noop$i.out"
+  noops+=("$(echo "$(date +%s.%N) - $a" | bc)")
+done
+since=$(date -u -d "@${t0%.*}" '+%Y-%m-%d %H:%M:%S')
+flushes=0
+for node in dgxlab-head dgxlab-worker; do
+  n=$(docker exec $node journalctl -u dgxspark-cache-flush -u dgxspark-cache-flush-follow --since "$since UTC" \
+        --no-pager -o cat 2>/dev/null | grep -c '^flushed page cache' || true)
+  flushes=$((flushes + n))
+done
 docker exec dgxlab-worker docker logs --timestamps vllm_glm53 >"$tmp/worker.log" 2>&1
 docker exec dgxlab-head docker logs --timestamps vllm_glm53 >"$tmp/head.log" 2>&1
 first=$(docker exec dgxlab-worker docker inspect --format '{{.State.StartedAt}}' vllm_glm53)
@@ -35,15 +51,18 @@ head=$(docker exec dgxlab-head docker inspect --format '{{.State.StartedAt}}' vl
 # the rendezvous as the launch's wait recognises it (plugins/module_utils/_vllm_log.py, phase rendezvous)
 rdv=$(grep -m1 -E 'Launching vLLM.*headless multiproc executor|world_size=[0-9]+ rank=[0-9]+' "$tmp/worker.log" | cut -d' ' -f1)
 ready=$(grep -m1 'Application startup complete' "$tmp/head.log" | cut -d' ' -f1)
-python3 - "$t0" "$t1" "$t2" "$first" "$rdv" "$head" "$ready" <<'PY'
+python3 - "$t0" "$t1" "$first" "$rdv" "$head" "$ready" "$flushes" "${noops[@]}" <<'PY'
+import statistics
 import sys
 from datetime import datetime
-t0, t1, t2 = (float(x) for x in sys.argv[1:4])
+t0, t1 = (float(x) for x in sys.argv[1:3])
 def ts(s):
     return datetime.fromisoformat(s.rstrip("Z")[:26]).timestamp()
-first, rdv, head, ready = (ts(x) for x in sys.argv[4:8])
+first, rdv, head, ready = (ts(x) for x in sys.argv[3:7])
+flushes = int(sys.argv[7])
+noops = [float(x) for x in sys.argv[8:]]
 engine = (rdv - first) + (ready - head)
-launch, noop = t1 - t0, t2 - t1
+launch, noop = t1 - t0, statistics.median(noops)
 print(f"launch wall time           {launch:7.1f} s")
 print(f"engine time to ready       {engine:7.1f} s  (worker start -> its rendezvous {rdv - first:.1f} s,"
       f" + head start -> 'Application startup complete.' {ready - head:.1f} s)")
@@ -52,7 +71,9 @@ print(f"  before the first rank    {first - t0:7.1f} s  (playbook start -> worke
 print(f"  rendezvous -> head start {head - rdv:7.1f} s  (noticing the worker's rendezvous, starting the head)")
 print(f"  after the head serves    {t1 - ready:7.1f} s  (head ready -> playbook end)")
 print(f"  (worker start -> head ready, the gap included: {ready - first:.1f} s)")
-print(f"no-op re-run               {noop:7.1f} s  ratio {noop / 5:.2f} of the 5 s goal")
+print(f"no-op re-run               {noop:7.1f} s  ratio {noop / 5:.2f} of the 5 s goal"
+      f"  (median of {len(noops)}: {', '.join(f'{x:.1f}' for x in noops)} s)")
+print(f"page-cache flushes         {flushes:7d}    on the lab's nodes while measured (each drops this machine's cache)")
 PY
 echo "slowest tasks of the launch (ansible.posix.profile_tasks):"
 sed -n '/^=\{10,\}/,$p' "$tmp/launch.out" | sed -n "2,$(( ${BENCH_TASKS:-12} + 1 ))p"
