@@ -126,6 +126,14 @@ def rank_order(config: Mapping[str, Any]) -> list[str]:
     return [config["head"]] + list(config["workers"])
 
 
+def in_play(config: Mapping[str, Any], nodes: Mapping[str, Any]) -> None:
+    """PlanError unless every node of the cluster was read in this play (a --limit takes a whole cluster)."""
+    missing = [name for name in rank_order(config) if name not in nodes]
+    if missing:
+        raise PlanError(f"the launch needs every node of the cluster in this play (missing: {', '.join(missing)}): a "
+                        "--limit that selects a cluster selects all of it")
+
+
 def _node_state(nodes: Mapping[str, Mapping[str, Any]], name: str) -> Mapping[str, Any]:
     state = nodes.get(name)
     if not isinstance(state, Mapping) or "node" not in state:
@@ -135,7 +143,8 @@ def _node_state(nodes: Mapping[str, Mapping[str, Any]], name: str) -> Mapping[st
 
 
 def described_nodes(config: Mapping[str, Any], nodes: Mapping[str, Mapping[str, Any]]) -> list[dict[str, Any]]:
-    """The render's node list (head first) from the node states."""
+    """The render's node list (head first) from the node states (every node of the cluster read in this play)."""
+    in_play(config, nodes)
     return [dict(_node_state(nodes, name)["node"]) for name in rank_order(config)]
 
 
@@ -387,6 +396,7 @@ def plan(config: Mapping[str, Any], nodes: Mapping[str, Mapping[str, Any]], rend
     node {flush: the flush service's start result, rendezvous/load/serve/alive: the waits}. After ``nothing``:
     metrics = the head's `vllm_metrics_info` result, for the report."""
     order = rank_order(config)
+    in_play(config, nodes)
     resolver = _Resolver(config, nodes, render, cache, calibration)
     state: dict[str, Any] = copy.deepcopy(dict(previous)) if previous else {}
 

@@ -680,11 +680,16 @@ def test_a_launch_that_needs_a_fourth_start_gives_up_and_keeps_what_it_measured(
 def test_a_missing_node_state_is_a_plan_error() -> None:
     cfg, states = config(), nodes()
     render = renderer(cfg, states)
-    message = (f"no node state for {WORKER}: read every node with dgxspark.vllm.vllm_node_state (name given) "
-               "before the plan")
-    with pytest.raises(PlanError) as info:
-        plan(cfg, {HEAD: states[HEAD]}, render, empty_cache(), Calibration())
-    assert str(info.value) == message
+    # a --limit that left a node of the cluster out of the play: refused before anything is planned
+    message = (f"the launch needs every node of the cluster in this play (missing: {WORKER}): a --limit that "
+               "selects a cluster selects all of it")
+    for call in (lambda: plan(cfg, {HEAD: states[HEAD]}, render, empty_cache(), Calibration()),
+                 lambda: described_nodes(cfg, {HEAD: states[HEAD]})):
+        with pytest.raises(PlanError) as info:
+            call()
+        assert str(info.value) == message
+    with pytest.raises(PlanError, match=f"missing: {HEAD}, {WORKER}"):
+        described_nodes(cfg, {})
     unnamed = dict(states, **{WORKER: {k: v for k, v in states[WORKER].items() if k not in ("node", "identity")}})
     with pytest.raises(PlanError, match="no node state for dgxlab-worker"):
         plan(cfg, unnamed, render, empty_cache(), Calibration())
