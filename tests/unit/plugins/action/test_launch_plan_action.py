@@ -124,8 +124,17 @@ def test_without_calibration_no_record_is_read_or_needed(tmp_path: Path) -> None
     assert _action(_args(path, calibration={"enabled": False}))["step"] == "start"
 
 
-def test_a_missing_node_state_fails_the_plan(tmp_path: Path) -> None:
+def test_a_node_left_out_of_the_play_fails_the_plan(tmp_path: Path) -> None:
+    # a --limit that leaves the worker out: its state was never read
     result = _action(_args(tmp_path / "kv.json", nodes={HEAD: node_state(HEAD)}))
+    assert result["failed"] is True
+    assert result["msg"] == (f"the launch cannot be planned: the launch needs every node of the cluster in this play "
+                             f"(missing: {WORKER}): a --limit that selects a cluster selects all of it")
+
+
+def test_a_node_state_read_without_its_name_fails_the_plan(tmp_path: Path) -> None:
+    unnamed = {k: v for k, v in node_state(WORKER).items() if k not in ("node", "identity")}
+    result = _action(_args(tmp_path / "kv.json", nodes={HEAD: node_state(HEAD), WORKER: unnamed}))
     assert result["failed"] is True
     assert result["msg"] == (f"the launch cannot be planned: no node state for {WORKER}: read every node with "
                              "dgxspark.vllm.vllm_node_state (name given) before the plan")
