@@ -414,8 +414,10 @@ def arm_reason(state_text: str | None, maintenance_held: bool, serving: dict[str
     state = state_from_json(state_text)
     if state.status != "armed":
         return f"the guard is {state.status}"
+    if dict(state.baseline) != {rank: serving[rank] for rank in ranks}:
+        return "the guard keeps another group (its container starts differ)"
     if arm_changes(state, {rank: serving[rank] for rank in ranks}):
-        return "the guard keeps another group (its container starts differ) or has restores not yet forgotten"
+        return "the guard has restores not yet forgotten (arming starts its window anew)"
     return None
 
 

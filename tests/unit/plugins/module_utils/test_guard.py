@@ -389,9 +389,15 @@ def test_arm_reason_says_why_a_run_must_arm_and_none_when_arming_changes_nothing
     assert G.arm_reason(armed, True, dict(BASELINE), ranks) == "a maintenance lock is held"
     disarmed = G.GuardState(status="disarmed", baseline=dict(BASELINE)).to_json()
     assert G.arm_reason(disarmed, False, dict(BASELINE), ranks) == "the guard is disarmed"
-    assert "container starts differ" in G.arm_reason(armed, False, dict(BASELINE, spark2=T2), ranks)
+    assert G.arm_reason(armed, False, dict(BASELINE, spark2=T2), ranks) == (
+        "the guard keeps another group (its container starts differ)")
+    # a restore the guard made on its own: the group it keeps is the one serving, but the restore still counts
     unforgotten = G.GuardState(status="armed", baseline=dict(BASELINE), attempts=[attempt(NOW - 5, ok=True)]).to_json()
-    assert "not yet forgotten" in G.arm_reason(unforgotten, False, dict(BASELINE), ranks)
+    assert G.arm_reason(unforgotten, False, dict(BASELINE), ranks) == (
+        "the guard has restores not yet forgotten (arming starts its window anew)")
+    forgotten = G.GuardState(status="armed", baseline=dict(BASELINE),
+                             attempts=[attempt(NOW - 5, ok=True, window_reset=True)]).to_json()
+    assert G.arm_reason(forgotten, False, dict(BASELINE), ranks) is None
     # an unreadable state file is a fresh state: it keeps no group
     assert G.arm_reason("{not json", False, dict(BASELINE), ranks) is not None
 
