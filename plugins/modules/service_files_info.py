@@ -53,6 +53,33 @@ options:
         description: Return the file's text in the result (small text files only).
         type: bool
         default: false
+  also:
+    description:
+      - More units and files to read in the same round trip, for a caller that reads this node anyway (the group
+        guard reads its own unit and files with the follow-mode flush service's read). They are returned in RV(also)
+        and never compared: they do not count in RV(current).
+    type: dict
+    default: {}
+    suboptions:
+      units:
+        description: Units whose state to read (full names).
+        type: list
+        elements: str
+        default: []
+      files:
+        description: Files to read (whether they exist, their SHA-256 and, with C(read), their text).
+        type: list
+        elements: dict
+        default: []
+        suboptions:
+          path:
+            description: The file's path on the node.
+            type: path
+            required: true
+          read:
+            description: Return the file's text in the result (small text files only).
+            type: bool
+            default: false
 extends_documentation_fragment:
   - dgxspark.vllm.attributes
 attributes:
@@ -113,6 +140,14 @@ files:
   type: list
   elements: dict
   sample: [{path: /etc/dgxspark/cache-flush-follow.json, exists: true, sha256: "9f2c...", matches: true}]
+also:
+  description: What O(also) asked for, C(units) by name (each as in RV(unit)) and C(files) in order (each as in
+    RV(files), C(matches) null). Empty when O(also) is not given.
+  returned: always
+  type: dict
+  sample: {units: {dgxspark-group-guard.service: {name: dgxspark-group-guard.service, loaded: true, running: true,
+                                                   enabled: true}},
+           files: [{path: /etc/dgxspark/guard.json, exists: true, sha256: "1c0e...", matches: null, content: "{}"}]}
 """
 
 from ansible.module_utils.basic import AnsibleModule
@@ -132,6 +167,15 @@ def _read(module: AnsibleModule, path: str) -> bytes | None:
     return None
 
 
+def _unit(module: AnsibleModule, name: str) -> dict:
+    systemctl = module.get_bin_path("systemctl", required=True)
+    argv = [systemctl, "show", name] + ["--property=%s" % prop for prop in UNIT_PROPERTIES]
+    rc, out, err = module.run_command(argv)
+    if rc != 0:
+        module.fail_json(msg="systemctl show %s failed on this node: %s" % (name, " ".join(err.split()) or rc))
+    return unit_state(name, parse_show(out))
+
+
 def main() -> None:
     module = AnsibleModule(
         argument_spec={
@@ -143,22 +187,25 @@ def main() -> None:
                 "content": {"type": "str"},
                 "read": {"type": "bool", "default": False},
             }},
+            "also": {"type": "dict", "default": {}, "options": {
+                "units": {"type": "list", "elements": "str", "default": []},
+                "files": {"type": "list", "elements": "dict", "default": [], "options": {
+                    "path": {"type": "path", "required": True},
+                    "read": {"type": "bool", "default": False},
+                }},
+            }},
         },
         supports_check_mode=True,
     )
-    unit = None
-    if module.params["unit"]:
-        systemctl = module.get_bin_path("systemctl", required=True)
-        argv = [systemctl, "show", module.params["unit"]] + ["--property=%s" % name for name in UNIT_PROPERTIES]
-        rc, out, err = module.run_command(argv)
-        if rc != 0:
-            problem = " ".join(err.split()) or rc
-            module.fail_json(msg="systemctl show %s failed on this node: %s" % (module.params["unit"], problem))
-        unit = unit_state(module.params["unit"], parse_show(out))
+    unit = _unit(module, module.params["unit"]) if module.params["unit"] else None
     files = [file_state(item["path"], _read(module, item["path"]), item["content"], item["read"])
              for item in module.params["files"]]
     found = differences(unit, files, module.params["running"], module.params["enabled"])
-    module.exit_json(changed=False, current=not found, differences=found, unit=unit, files=files)
+    also = module.params["also"] or {}
+    also_read = {"units": {name: _unit(module, name) for name in also.get("units") or []},
+                 "files": [file_state(item["path"], _read(module, item["path"]), None, item["read"])
+                           for item in also.get("files") or []]}
+    module.exit_json(changed=False, current=not found, differences=found, unit=unit, files=files, also=also_read)
 
 
 if __name__ == "__main__":

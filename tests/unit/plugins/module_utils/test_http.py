@@ -14,9 +14,16 @@ from ansible_collections.dgxspark.vllm.plugins.module_utils._http import Answer,
 
 
 class Handler(BaseHTTPRequestHandler):
-    """/ok: 200 with the request's Authorization and Accept in the body; /code/N: status N; /slow: no answer."""
+    """/ok: 200 with the request's Authorization and Accept in the body; /code/N: status N; /slow: no answer;
+    /moved: 307 to /ok (vLLM answers /metrics so in some versions)."""
 
     def do_GET(self) -> None:  # noqa: N802 (http.server's name)
+        if self.path == "/moved":
+            self.send_response(307)
+            self.send_header("Location", "/ok")
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+            return
         if self.path == "/slow":
             self.server.release.wait(5)  # type: ignore[attr-defined]
             return
@@ -85,3 +92,28 @@ def test_a_url_that_is_not_one() -> None:
     answer = get("10.0.0.1:8000/metrics", {}, timeout=1)
     assert answer.status == -1
     assert answer.problem.startswith("GET 10.0.0.1:8000/metrics got no HTTP answer (status -1): ")
+
+
+def test_plain_http_builds_no_tls_context_and_follows_a_redirect(base: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    # the plain path never touches TLS (open_url loads the CA certificates for every request, http:// or not)
+    import ssl
+
+    def no_tls(*_args: object, **_kwargs: object) -> None:
+        raise AssertionError("a TLS context was built for a plain http:// GET")
+
+    monkeypatch.setattr(ssl, "create_default_context", no_tls)
+    monkeypatch.setattr(ssl, "SSLContext", no_tls)
+    assert get(base + "/moved", {}, timeout=5) == Answer(200, "auth=None accept=None \u00e9\ufffd", "")
+
+
+def test_a_proxy_when_asked_goes_through_open_url(base: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    from ansible_collections.dgxspark.vllm.plugins.module_utils import _http
+    seen: list[str] = []
+
+    def fake_open_url(url: str, **kwargs: object) -> object:
+        seen.append(url)
+        raise _http.URLError("no proxy here")
+
+    monkeypatch.setattr(_http, "open_url", fake_open_url)
+    answer = get(base + "/ok", {}, timeout=5, use_proxy=True)
+    assert seen == [base + "/ok"] and answer.status == -1 and "no proxy here" in answer.problem

@@ -46,7 +46,7 @@ class Answered(io.BytesIO):
 
 
 class FakeServer:
-    """Stands in for open_url: answers each call with the next body (or raises the next exception)."""
+    """Stands in for _http._open (open_url's arguments): answers each call with the next body (or raises the next exception)."""
 
     def __init__(self, answers: list[str | Exception]) -> None:
         self.answers = list(answers)
@@ -84,7 +84,7 @@ def clock() -> Iterator[FakeClock]:
 
 
 def _run(args: dict[str, Any], server: FakeServer, check_mode: bool = False) -> dict[str, Any]:
-    with mock.patch.object(_http, "open_url", server):
+    with mock.patch.object(_http, "_open", server):
         return run_module(vllm_metrics_info.main, args, check_mode=check_mode)
 
 

@@ -110,7 +110,7 @@ def _run_api(fake: FakeDocker, answers: list[Any], **extra: Any) -> tuple[dict[s
 
     args = {"container": "vllm_glm53", "target_phase": "rendezvous",
             "api_url": "http://198.51.100.1:8000/v1/models", "poll_interval": 0.001, **extra}
-    with mock.patch.object(_http, "open_url", open_url):
+    with mock.patch.object(_http, "_open", open_url):
         return _run(args, fake, may_poll=True), calls
 
 

@@ -1,0 +1,76 @@
+# Copyright: Contributors to the dgxspark.vllm collection
+# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
+"""Tests for the service_files_info module: files read for real, systemctl answered by a fake run_command."""
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+from unittest import mock
+
+import pytest
+from ansible.module_utils import basic
+
+from ansible_collections.dgxspark.vllm.plugins.modules import service_files_info
+from helpers.module_runner import ModuleFail, run_module
+
+ACTIVE = "LoadState=loaded\nActiveState=active\nUnitFileState=enabled\n"
+MISSING = "LoadState=not-found\nActiveState=inactive\nUnitFileState=\n"
+
+
+def _run(args: dict[str, Any], units: dict[str, str], check_mode: bool = False) -> tuple[dict[str, Any], list[str]]:
+    asked: list[str] = []
+
+    def run_command(_self: Any, argv: Sequence[str], **_kwargs: Any) -> tuple[int, str, str]:
+        assert argv[1] == "show", argv
+        asked.append(argv[2])
+        if argv[2] not in units:
+            return 1, "", "Failed to connect to bus"
+        return 0, units[argv[2]], ""
+
+    with mock.patch.object(basic.AnsibleModule, "run_command", run_command), \
+            mock.patch.object(basic.AnsibleModule, "get_bin_path", return_value="/usr/bin/systemctl"):
+        return run_module(service_files_info.main, args, check_mode=check_mode), asked
+
+
+@pytest.mark.parametrize("check_mode", [False, True])
+def test_compares_its_own_files_and_reads_the_callers_alongside(tmp_path: Path, check_mode: bool) -> None:
+    own = tmp_path / "flush.json"
+    own.write_text("planned")
+    theirs = tmp_path / "guard.json"
+    theirs.write_text('{"x": 1}')
+    result, asked = _run({"unit": "flush.service",
+                          "files": [{"path": str(own), "content": "planned"}],
+                          "also": {"units": ["guard.service", "gone.service"],
+                                   "files": [{"path": str(theirs), "read": True},
+                                             {"path": str(tmp_path / "lock")}]}},
+                         {"flush.service": ACTIVE, "guard.service": ACTIVE, "gone.service": MISSING},
+                         check_mode=check_mode)
+    assert result["changed"] is False and result["current"] is True and result["differences"] == []
+    assert asked == ["flush.service", "guard.service", "gone.service"]
+    assert result["also"]["units"]["guard.service"]["running"] is True
+    assert result["also"]["units"]["gone.service"]["loaded"] is False
+    first, lock = result["also"]["files"]
+    assert first["content"] == '{"x": 1}' and first["matches"] is None and first["exists"] is True
+    assert lock["exists"] is False and "content" not in lock
+
+
+def test_what_it_reads_alongside_never_makes_it_not_current(tmp_path: Path) -> None:
+    # the caller's unit is missing and its file absent: the flush service is still as planned
+    result, _ = _run({"unit": "flush.service", "also": {"units": ["gone.service"],
+                                                        "files": [{"path": str(tmp_path / "absent"), "read": True}]}},
+                     {"flush.service": ACTIVE, "gone.service": MISSING})
+    assert result["current"] is True
+    assert result["also"]["files"][0]["content"] is None
+
+
+def test_without_also_the_result_has_an_empty_one(tmp_path: Path) -> None:
+    result, asked = _run({"unit": "flush.service"}, {"flush.service": MISSING})
+    assert asked == ["flush.service"]
+    assert result["also"] == {"units": {}, "files": []}
+    assert result["current"] is False and "not installed" in result["differences"][0]
+
+
+def test_a_unit_systemctl_cannot_show_fails_naming_it() -> None:
+    with pytest.raises(ModuleFail, match="systemctl show guard.service failed on this node: Failed to connect"):
+        _run({"also": {"units": ["guard.service"]}}, {})
