@@ -57,7 +57,7 @@ options:
     description:
       - More units and files to read in the same round trip, for a caller that reads this node anyway (the group
         guard reads its own unit and files with the follow-mode flush service's read). They are returned in RV(also)
-        and never compared: they do not count in RV(current).
+        and never compared, so they do not count in RV(current).
     type: dict
     default: {}
     suboptions:
@@ -73,11 +73,11 @@ options:
         default: []
         suboptions:
           path:
-            description: The file's path on the node.
+            description: Where the file is on the node (read, never compared).
             type: path
             required: true
           read:
-            description: Return the file's text in the result (small text files only).
+            description: Return its text in RV(also) (small text files only).
             type: bool
             default: false
 extends_documentation_fragment:

@@ -57,9 +57,8 @@ def test_compares_its_own_files_and_reads_the_callers_alongside(tmp_path: Path, 
 
 def test_what_it_reads_alongside_never_makes_it_not_current(tmp_path: Path) -> None:
     # the caller's unit is missing and its file absent: the flush service is still as planned
-    result, _ = _run({"unit": "flush.service", "also": {"units": ["gone.service"],
-                                                        "files": [{"path": str(tmp_path / "absent"), "read": True}]}},
-                     {"flush.service": ACTIVE, "gone.service": MISSING})
+    also = {"units": ["gone.service"], "files": [{"path": str(tmp_path / "absent"), "read": True}]}
+    result, _asked = _run({"unit": "flush.service", "also": also}, {"flush.service": ACTIVE, "gone.service": MISSING})
     assert result["current"] is True
     assert result["also"]["files"][0]["content"] is None
 
