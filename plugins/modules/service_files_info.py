@@ -201,10 +201,10 @@ def main() -> None:
     files = [file_state(item["path"], _read(module, item["path"]), item["content"], item["read"])
              for item in module.params["files"]]
     found = differences(unit, files, module.params["running"], module.params["enabled"])
-    also = module.params["also"] or {}
-    also_read = {"units": {name: _unit(module, name) for name in also.get("units") or []},
+    also = module.params["also"]   # the argument spec fills in units and files (empty lists) when not given
+    also_read = {"units": {name: _unit(module, name) for name in also["units"]},
                  "files": [file_state(item["path"], _read(module, item["path"]), None, item["read"])
-                           for item in also.get("files") or []]}
+                           for item in also["files"]]}
     module.exit_json(changed=False, current=not found, differences=found, unit=unit, files=files, also=also_read)
 
 
