@@ -6,11 +6,18 @@ Private module: may change at any time. The command runs through a callable pass
 ``module.run_command``), so tests use a fake. ``docker logs`` replays the container's stdout on its stdout
 and the container's stderr on its stderr: vLLM logs to stdout, Python tracebacks go to stderr. The two are
 merged back into one stream by their Docker timestamps (stable: stdout first on a tie).
+
+`LogFollower` follows a running container's new lines (``docker logs --follow``) so that a poll loop
+sleeps until its next interval or until a line it cares about is written, whichever comes first.
 """
 from __future__ import annotations
 
 import heapq
+import os
 import re
+import select
+import subprocess
+import time
 from collections.abc import Callable, Sequence
 
 RunCommand = Callable[[Sequence[str]], tuple[int, str, str]]
@@ -86,3 +93,79 @@ def read_container_logs(run_command: RunCommand, name: str, since: str | None = 
             "become: true or as a member of the docker group"
         )
     raise DockerLogsError(f"'{' '.join(argv)}' failed with rc={rc}: {detail}")
+
+
+def docker_follow_argv(name: str, since: float | None = None, docker: str = "docker") -> list[str]:
+    """The command line that prints the container's lines as they are written (``docker logs --follow``): those
+    since the Unix time `since` (a poll's read, so that nothing written after it is missed), else only new ones."""
+    argv = [docker, "logs", "--follow"]
+    argv += ["--since", f"{since:.6f}"] if since is not None else ["--tail", "0"]
+    return argv + [name]
+
+
+class LogFollower:
+    """A running container's new log lines as they come, to end a poll loop's sleep early.
+
+    `wait(seconds)` returns True as soon as a new line (stdout or stderr) for which `notable(line)` is true was
+    written, False once the seconds are over. When the follower cannot run or its stream ended (the docker CLI
+    missing, the container stopped), it sleeps the rest of the interval: the poll loop works as without it.
+    Lines are only looked at, never kept: the poll still reads the whole log, which stays the one source of truth."""
+
+    _MAX_PARTIAL = 1 << 16   # a line longer than this is cut: only its start can hold a marker
+
+    def __init__(self, argv: Sequence[str], notable: Callable[[str], bool],
+                 popen: Callable[..., subprocess.Popen] | None = None, clock: Callable[[], float] | None = None,
+                 sleep: Callable[[float], None] | None = None) -> None:
+        self._notable = notable
+        self._clock, self._sleep = clock or time.monotonic, sleep or time.sleep
+        popen = popen or subprocess.Popen
+        self._partial: dict[int, bytes] = {}
+        try:
+            self._proc: subprocess.Popen | None = popen(list(argv), stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                                                       stderr=subprocess.PIPE)
+        except OSError:
+            self._proc = None
+        self._open = [self._proc.stdout.fileno(), self._proc.stderr.fileno()] if self._proc is not None else []
+
+    @property
+    def alive(self) -> bool:
+        """Whether it still follows (its process runs or its streams are not drained)."""
+        return bool(self._open)
+
+    def wait(self, seconds: float) -> bool:
+        deadline = self._clock() + seconds
+        while True:
+            left = deadline - self._clock()
+            if left <= 0:
+                return False
+            if not self._open:
+                self._sleep(left)
+                return False
+            ready, _w, _x = select.select(self._open, [], [], left)
+            seen = False
+            for fd in ready:
+                chunk = os.read(fd, 65536)
+                if not chunk:
+                    self._open.remove(fd)
+                    continue
+                *lines, rest = (self._partial.get(fd, b"") + chunk).replace(b"\r", b"\n").split(b"\n")
+                self._partial[fd] = rest[:self._MAX_PARTIAL]
+                seen = seen or any(self._notable(line.decode("utf-8", "replace")) for line in lines if line.strip())
+            if seen:
+                return True
+
+    def close(self) -> None:
+        """Stop following (the docker CLI's process ends; the container is not touched)."""
+        self._open = []
+        if self._proc is None:
+            return
+        if self._proc.poll() is None:
+            self._proc.terminate()
+            try:
+                self._proc.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                self._proc.kill()
+                self._proc.wait()
+        for stream in (self._proc.stdout, self._proc.stderr):
+            if stream is not None:
+                stream.close()

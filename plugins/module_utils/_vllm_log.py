@@ -305,6 +305,15 @@ def _is_start_marker(line: LogLine) -> bool:
     return any(p.search(line.message) for p in _START_MARKERS)
 
 
+def notable_line(raw: str) -> bool:
+    """Whether one raw log line may move a wait on: it proves a phase, marks an engine's start, or is an error.
+
+    A wait that follows the log as it is written polls again at once on such a line instead of at its next
+    interval; the other lines (progress bars, routine INFO) leave the interval as it is."""
+    line = normalise_line(raw)
+    return line_phase(line) is not None or _is_start_marker(line) or _is_error_line(line)
+
+
 _QUIET_LEVELS = frozenset({"DEBUG", "INFO", "WARNING", "WARN"})
 
 

@@ -49,7 +49,9 @@ options:
     type: float
     default: 30
   poll_interval:
-    description: Seconds between polls.
+    description:
+      - Seconds between polls. While the container runs, its new log lines are followed (C(docker logs --follow)),
+        and a line that proves a phase, marks an engine's start or reports an error polls again at once.
     type: float
     default: 2
   log_lines:
@@ -200,12 +202,14 @@ import time
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.dgxspark.vllm.plugins.module_utils._docker_logs import DockerLogsError, read_container_logs
+from ansible_collections.dgxspark.vllm.plugins.module_utils._docker_logs import (
+    DockerLogsError, LogFollower, docker_follow_argv, read_container_logs,
+)
 from ansible_collections.dgxspark.vllm.plugins.module_utils._http import api_headers, get
 from ansible_collections.dgxspark.vllm.plugins.module_utils._startup import (
     StartupError, describe_progress, established_peers, make_watch, observe, step,
 )
-from ansible_collections.dgxspark.vllm.plugins.module_utils._vllm_log import PHASES, parse_log
+from ansible_collections.dgxspark.vllm.plugins.module_utils._vllm_log import PHASES, notable_line, parse_log
 
 
 def _state(module: AnsibleModule, name: str) -> dict | None:
@@ -268,6 +272,12 @@ def _check_api(module: AnsibleModule, url: str, api_key: str | None, timeout: fl
     return {"url": url, "status": status, "error": error, "elapsed": round(time.monotonic() - t0, 1)}, error
 
 
+def _follow(name: str, since: float) -> LogFollower:
+    """Follow the running container's lines from `since` on: a phase line, a start or an error ends the sleep
+    between polls."""
+    return LogFollower(docker_follow_argv(name, since), notable_line)
+
+
 def _proc_net_tcp() -> str:
     with open("/proc/net/tcp", encoding="ascii") as fh:
         return fh.read()
@@ -317,24 +327,37 @@ def main() -> None:
                                                      summary=describe_progress(verdict.progress)))
 
     text = ""
-    while True:
-        state = _state(module, p["container"])
-        exists, running = state is not None, bool(state and state.get("Running"))
-        exit_code, paused = (state or {}).get("ExitCode"), bool(state and state.get("Paused"))
-        report = None
-        if exists:
-            try:
-                text = read_container_logs(module.run_command, p["container"])
-            except DockerLogsError as exc:
-                module.fail_json(msg=str(exc))
-            report = parse_log(text)
-        peers = established_peers(_proc_net_tcp(), watch.peers) if watch.peers else frozenset()
-        verdict = step(watch, observe(time.monotonic(), exists, running, exit_code, report, peers, paused))
-        # with an API check still to come, "done" is written only once that check is over
-        publish(verdict, "waiting" if verdict.status == "done" and p["api_url"] else verdict.status)
-        if verdict.status != "waiting":
-            break
-        time.sleep(p["poll_interval"])
+    follower = None   # the log as it is written: a line that may move the wait on polls again at once
+    try:
+        while True:
+            state = _state(module, p["container"])
+            exists, running = state is not None, bool(state and state.get("Running"))
+            exit_code, paused = (state or {}).get("ExitCode"), bool(state and state.get("Paused"))
+            report = None
+            read_at = time.time()
+            if exists:
+                try:
+                    text = read_container_logs(module.run_command, p["container"])
+                except DockerLogsError as exc:
+                    module.fail_json(msg=str(exc))
+                report = parse_log(text)
+            peers = established_peers(_proc_net_tcp(), watch.peers) if watch.peers else frozenset()
+            verdict = step(watch, observe(time.monotonic(), exists, running, exit_code, report, peers, paused))
+            # with an API check still to come, "done" is written only once that check is over
+            publish(verdict, "waiting" if verdict.status == "done" and p["api_url"] else verdict.status)
+            if verdict.status != "waiting":
+                break
+            if running and (follower is None or not follower.alive):
+                if follower is not None:
+                    follower.close()
+                follower = _follow(p["container"], read_at)   # the lines written since this poll's read
+            if follower is None:
+                time.sleep(p["poll_interval"])
+            else:
+                follower.wait(p["poll_interval"])
+    finally:
+        if follower is not None:
+            follower.close()
 
     ok, status, reason, api = verdict.status == "done", verdict.status, verdict.reason, None
     if ok and p["api_url"]:

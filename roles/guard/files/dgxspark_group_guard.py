@@ -186,6 +186,16 @@ class ApiProbe(threading.Thread):
             self.state = G.ProbeState(answered_once=answered)
         self._paused.clear()
 
+    def hold(self) -> None:
+        """Pause unless paused already: the guard watches nothing now (disarmed, gave up, in maintenance)."""
+        if not self._paused.is_set():
+            self.pause()
+
+    def watch(self) -> None:
+        """Resume unless it runs already: the guard watches the group now."""
+        if self._paused.is_set():
+            self.resume()
+
     def stop(self) -> None:
         self._stop.set()
 
@@ -334,6 +344,8 @@ class Guard:
                 self.probe.resume()
         now = self.clock()
         if state.status in ("disarmed", "gave_up"):
+            if self.probe:
+                self.probe.hold()   # nothing to judge its answers for (a guard started disarmed asks nothing)
             return state.status
         lock = self.maintenance()
         if lock is not None:
@@ -341,9 +353,11 @@ class Guard:
             if G.set_status(state, "maintenance", "held by %s until %s" % (lock["holder"], G.iso(lock["expires_at"])), now):
                 log(LOG_NOTICE, "maintenance: %s; the guard does nothing until it is released or expires" % state.detail)
                 self.files.save()
-                if self.probe:
-                    self.probe.pause()
+            if self.probe:
+                self.probe.hold()   # also when the lock was held before this guard started
             return "maintenance"
+        if self.probe:
+            self.probe.watch()
         observed = self.observe()
         if state.status == "maintenance":
             # released without an arm (staging alone): take what serves now as the group
@@ -550,6 +564,7 @@ class Guard:
     # -- the service
     def serve(self) -> int:
         self.probe = ApiProbe(self.config, self.nodes[self.config.head.name])
+        self.probe.pause()   # the first tick lets it ask, when the guard watches the group
         self.probe.start()
         sd_notify("READY=1")
         log(LOG_INFO, "dgxspark-group-guard watching %s on %s" % (

@@ -184,6 +184,7 @@ class FakeProbe:
         self.detail = ""
         self.answers = []       # (ok, detail) for the next serves() calls; then ok
         self.calls = []
+        self.paused = False
 
     def serves(self):
         self.calls.append("serves")
@@ -191,11 +192,19 @@ class FakeProbe:
 
     def pause(self):
         self.calls.append("pause")
-        self.failing_since, self.detail = None, ""
+        self.failing_since, self.detail, self.paused = None, "", True
 
     def resume(self, answered=False):
         self.calls.append("resume(answered)" if answered else "resume")
-        self.failing_since, self.detail = None, ""
+        self.failing_since, self.detail, self.paused = None, "", False
+
+    def hold(self):
+        if not self.paused:
+            self.pause()
+
+    def watch(self):
+        if self.paused:
+            self.resume()
 
     def snapshot(self):
         return self.failing_since, self.detail
@@ -700,6 +709,43 @@ def test_arm_by_another_process_is_picked_up_by_tick(rig):
     assert rig.state.gave_up is None
     assert rig.state.baseline[W1] == stamp(rig.clock.now)
     assert rig.probe.calls == ["resume"]
+
+
+def test_the_probe_asks_only_while_the_guard_watches(rig):
+    # disarmed (a guard the launch starts while the ranks load, before its arm): the head's API is not asked
+    rig.new_guard().disarm("teardown.yml")
+    assert rig.guard.tick() == "disarmed"
+    assert rig.probe.paused and rig.probe.calls[-1] == "pause"
+    rig.probe.calls.clear()
+    assert rig.guard.tick() == "disarmed"
+    assert rig.probe.calls == []                 # held, not paused again (its state is not reset every tick)
+    # a lock taken before the guard started: it holds the probe though the state says maintenance already
+    rig.new_guard().arm("launch.yml")
+    rig.lock("launch.yml")
+    fresh = rig.new_guard()
+    fresh.probe = FakeProbe()
+    assert fresh.tick() == "maintenance"
+    fresh.probe.calls.clear()
+    assert fresh.files.state.status == "maintenance"
+    restarted = rig.new_guard()                  # the service restarted during the maintenance
+    restarted.probe = FakeProbe()
+    assert restarted.tick() == "maintenance"
+    assert restarted.probe.paused and restarted.probe.calls == ["pause"]
+    # the lock released by the arm: the probe asks again
+    restarted.arm("launch.yml")
+    assert restarted.tick() == "ok"
+    assert not restarted.probe.paused
+
+
+def test_the_service_starts_its_probe_paused(tmp_path, monkeypatch):
+    monkeypatch.delenv("NOTIFY_SOCKET", raising=False)
+    started = []
+    monkeypatch.setattr(prog.ApiProbe, "start", lambda self: started.append(self._paused.is_set()))
+    rig = Rig(tmp_path)
+    guard = rig.new_guard()
+    guard.stopping.set()                         # one pass: serve() returns after starting the probe
+    assert guard.serve() == prog.EXIT_OK
+    assert started == [True]
 
 
 def test_disarm_by_another_process_is_picked_up_by_tick(rig):

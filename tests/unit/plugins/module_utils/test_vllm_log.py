@@ -26,6 +26,7 @@ from ansible_collections.dgxspark.vllm.plugins.module_utils._vllm_log import (
     merge_reports,
     normalise,
     normalise_line,
+    notable_line,
     parse_kv_cache_size,
     parse_kv_suggestions,
     parse_log,
@@ -697,3 +698,37 @@ def test_start_seen_only_while_the_start_marker_is_in_the_log() -> None:
     # the json-file log rotated: only the last 20 lines are left (no start marker, phases after the banner)
     rotated = parse_log("\n".join(text.splitlines()[-20:]))
     assert not rotated.start_seen
+
+
+@pytest.mark.parametrize("raw", [
+    "2026-12-01T07:05:12.123456789Z (EngineCore pid=42) INFO 12-01 07:05:12 [core.py:93] world_size=2 rank=1",
+    "INFO 12-01 07:05:30 [gpu_model_runner.py:2] Model loading took 7.1 GiB and 20.5 seconds",
+    "INFO 12-01 07:06:00 [kv_cache_utils.py:3] GPU KV cache size: 1,048,576 tokens",
+    "INFO 12-01 07:06:30 [api_server.py:4] Starting vLLM API server 0 on http://0.0.0.0:8000",
+    "INFO 12-01 07:05:00 [api_server.py:5] vLLM API server version 0.11.0",
+    "ERROR 12-01 07:05:40 [core.py:6] EngineCore failed to start.",
+    "Traceback (most recent call last):",
+])
+def test_a_phase_a_start_or_an_error_is_notable(raw: str) -> None:
+    assert notable_line(raw) is True
+
+
+@pytest.mark.parametrize("raw", [
+    "Loading safetensors checkpoint shards:  50% Completed | 40/80 [00:20<00:20,  2.00it/s]",
+    "INFO 12-01 07:05:20 [gpu_model_runner.py:7] Starting to load model /models/glm53...",
+    "WARNING 12-01 07:05:21 [config.py:8] Casting torch.bfloat16 to torch.float16.",
+    "",
+])
+def test_progress_and_routine_lines_are_not_notable(raw: str) -> None:
+    assert notable_line(raw) is False
+
+
+def test_every_line_that_moves_a_recorded_start_on_is_notable() -> None:
+    # whatever line detect_phase takes a phase from in a real start, the follower wakes on it
+    for name in ("lab_cpu_tp2_head_ready.log.gz", "lab_cpu_tp2_worker_ready.log.gz"):
+        raws = read_log(name).splitlines()
+        lines = normalise("\n".join(raws))
+        moved = [i for i in range(1, len(lines)) if detect_phase(lines[:i + 1])[0] != detect_phase(lines[:i])[0]]
+        assert len(moved) >= 3   # the recorded start goes through its phases
+        for i in moved:
+            assert notable_line(raws[i]), (name, i, raws[i])

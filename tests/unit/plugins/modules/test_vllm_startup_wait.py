@@ -40,14 +40,78 @@ class FakeDocker:
         raise AssertionError("unexpected command %r" % argv)
 
 
-def _run(args: dict[str, Any], fake: FakeDocker, check_mode: bool = False, may_poll: bool = False) -> dict[str, Any]:
+class SleepingFollower:
+    """A follower that sees no line: each wait is the whole interval (time.sleep, patched by the tests)."""
+
+    def __init__(self) -> None:
+        self.alive, self.closed = True, False
+
+    def wait(self, seconds: float) -> bool:
+        vllm_startup_wait.time.sleep(seconds)
+        return False
+
+    def close(self) -> None:
+        self.closed = True
+
+
+def _run(args: dict[str, Any], fake: FakeDocker, check_mode: bool = False, may_poll: bool = False,
+         follow: Any = None) -> dict[str, Any]:
     def run_command(_self: Any, argv: Sequence[str], **kwargs: Any) -> tuple[int, str, str]:
         return fake(argv, **kwargs)
 
     with mock.patch.object(basic.AnsibleModule, "run_command", run_command), \
+            mock.patch.object(vllm_startup_wait, "_follow", follow or (lambda _name, _since: SleepingFollower())), \
             mock.patch.object(vllm_startup_wait.time, "sleep",
                               side_effect=None if may_poll else AssertionError("polled again")):
         return run_module(vllm_startup_wait.main, args, check_mode=check_mode)
+
+
+class ChangingDocker(FakeDocker):
+    """Each `docker logs` answers the next log of a list (the last one from then on)."""
+
+    def __init__(self, logs: list[str]) -> None:
+        super().__init__(logs[0])
+        self.logs = list(logs)
+
+    def __call__(self, argv: Sequence[str], **kwargs: Any) -> tuple[int, str, str]:
+        if "logs" in argv:
+            self.log = self.logs.pop(0) if len(self.logs) > 1 else self.logs[0]
+        return super().__call__(argv, **kwargs)
+
+
+def test_a_notable_line_polls_again_at_once_instead_of_sleeping() -> None:
+    worker = read_log("lab_cpu_tp2_worker_ready.log.gz")
+    lines = worker.splitlines(keepends=True)
+    at = next(i for i, line in enumerate(lines) if "world_size=" in line or "headless multiproc executor" in line)
+    fake = ChangingDocker(["".join(lines[:at]), worker])   # the first read is before the rendezvous line
+    made: list[tuple[str, float]] = []
+
+    class Woken(SleepingFollower):
+        def wait(self, seconds: float) -> bool:
+            return True   # the rendezvous line was written: no sleep
+
+    def follow(name: str, since: float) -> Woken:
+        made.append((name, since))
+        made_follower.append(Woken())
+        return made_follower[-1]
+
+    made_follower: list[Woken] = []
+    result = _run({"container": "vllm_glm53", "target_phase": "rendezvous", "poll_interval": 3600}, fake,
+                  follow=follow)   # time.sleep fails the test: the follower's wake alone led to the second poll
+    assert result["ok"] is True and result["status"] == "done"
+    assert [argv[1] for argv in fake.calls] == ["inspect", "logs", "inspect", "logs"]
+    assert [name for name, _since in made] == ["vllm_glm53"] and made[0][1] > 0
+    assert made_follower[0].closed   # the docker CLI's follow process does not outlive the wait
+
+
+def test_a_container_that_does_not_run_is_not_followed() -> None:
+    made: list[str] = []
+    fake = FakeDocker("", running=False)
+    result = _run({"container": "vllm_glm53", "target_phase": "rendezvous", "poll_interval": 0.001,
+                   "budgets": {"container_started": 0.05}}, fake, may_poll=True,
+                  follow=lambda name, _since: made.append(name) or SleepingFollower())
+    assert result["ok"] is False
+    assert made == []
 
 
 @pytest.mark.parametrize("log_name", ["lab_cpu_tp2_head_ready.log.gz", "fmt_gpu_single_node_tp2_ready.log"])

@@ -1,0 +1,80 @@
+# Copyright: Contributors to the dgxspark.vllm collection
+# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
+"""Tests for _docker_logs: the follow command line and LogFollower, driven by real short-lived processes."""
+from __future__ import annotations
+
+import pytest
+
+from ansible_collections.dgxspark.vllm.plugins.module_utils._docker_logs import LogFollower, docker_follow_argv
+from ansible_collections.dgxspark.vllm.plugins.module_utils._vllm_log import notable_line
+
+RENDEZVOUS = "(EngineCore pid=42) INFO 12-01 07:05:12 [core.py:93] world_size=2 rank=1 local_rank=0"
+
+
+class Sleeps:
+    """A sleep that records what it was asked to wait instead of waiting."""
+
+    def __init__(self) -> None:
+        self.calls: list[float] = []
+
+    def __call__(self, seconds: float) -> None:
+        self.calls.append(seconds)
+
+
+def _follow(script: str, sleep: Sleeps | None = None) -> LogFollower:
+    return LogFollower(["sh", "-c", script], notable_line, sleep=sleep)
+
+
+def test_the_follow_command_starts_at_the_poll_s_read_or_at_new_lines() -> None:
+    assert docker_follow_argv("vllm_glm53", 1764572712.5) == [
+        "docker", "logs", "--follow", "--since", "1764572712.500000", "vllm_glm53"]
+    assert docker_follow_argv("vllm_glm53") == ["docker", "logs", "--follow", "--tail", "0", "vllm_glm53"]
+
+
+@pytest.mark.parametrize("stream", ["", " >&2"])   # vLLM logs to stdout, tracebacks go to stderr
+def test_a_phase_line_ends_the_wait_before_its_interval(stream: str) -> None:
+    follower = _follow(f"echo routine{stream}; sleep 0.2; echo '{RENDEZVOUS}'{stream}; exec sleep 60")
+    try:
+        assert follower.wait(60) is True   # the interval would be a minute: the line ended it
+        assert follower.alive
+    finally:
+        follower.close()
+    assert not follower.alive
+
+
+def test_routine_lines_and_progress_bars_leave_the_interval_as_it_is() -> None:
+    follower = _follow("printf 'Loading safetensors checkpoint shards:  50%%\\rLoading  100%%\\r\\n'; "
+                       "echo 'INFO 12-01 07:05:12 [gpu_model_runner.py:1] Starting to load model'; exec sleep 60")
+    try:
+        assert follower.wait(0.5) is False
+    finally:
+        follower.close()
+
+
+def test_a_line_cut_by_progress_bars_is_seen_whole() -> None:
+    # a phase line written in two pieces, after a bar that ends with a carriage return
+    follower = _follow(f"printf 'shards:  100%%\\r{RENDEZVOUS[:30]}'; sleep 0.2; printf '{RENDEZVOUS[30:]}\\n'; exec sleep 60")
+    try:
+        assert follower.wait(60) is True
+    finally:
+        follower.close()
+
+
+def test_an_ended_stream_sleeps_the_rest_of_the_interval() -> None:
+    sleeps = Sleeps()
+    follower = _follow("echo routine", sleeps)   # `docker logs --follow` ends when the container stops
+    try:
+        assert follower.wait(30) is False
+        assert not follower.alive
+        assert len(sleeps.calls) == 1 and 0 < sleeps.calls[0] <= 30
+    finally:
+        follower.close()
+
+
+def test_without_the_docker_cli_it_only_sleeps() -> None:
+    sleeps = Sleeps()
+    follower = LogFollower(["/nonexistent/docker", "logs", "--follow", "x"], notable_line, sleep=sleeps)
+    assert not follower.alive
+    assert follower.wait(2) is False
+    assert len(sleeps.calls) == 1 and 0 < sleeps.calls[0] <= 2
+    follower.close()
