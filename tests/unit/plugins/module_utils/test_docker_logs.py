@@ -35,7 +35,7 @@ def test_the_follow_command_starts_at_the_poll_s_read_or_at_new_lines() -> None:
 def test_a_phase_line_ends_the_wait_before_its_interval(stream: str) -> None:
     follower = _follow(f"echo routine{stream}; sleep 0.2; echo '{RENDEZVOUS}'{stream}; exec sleep 60")
     try:
-        assert follower.wait(60) is True   # the interval would be a minute: the line ended it
+        assert follower.wait(20) is True   # the interval would be 20 s: the line ended it
         assert follower.alive
     finally:
         follower.close()
@@ -51,11 +51,21 @@ def test_routine_lines_and_progress_bars_leave_the_interval_as_it_is() -> None:
         follower.close()
 
 
-def test_a_line_cut_by_progress_bars_is_seen_whole() -> None:
-    # a phase line written in two pieces, after a bar that ends with a carriage return
-    follower = _follow(f"printf 'shards:  100%%\\r{RENDEZVOUS[:30]}'; sleep 0.2; printf '{RENDEZVOUS[30:]}\\n'; exec sleep 60")
+def test_a_line_cut_in_two_writes_is_seen_whole() -> None:
+    cut = RENDEZVOUS.index("world_size") + 5   # neither piece holds the marker
+    follower = _follow(f"printf '{RENDEZVOUS[:cut]}'; sleep 0.2; printf '{RENDEZVOUS[cut:]}\\n'; exec sleep 60")
     try:
-        assert follower.wait(60) is True
+        assert follower.wait(20) is True
+    finally:
+        follower.close()
+
+
+def test_an_error_after_a_progress_bar_s_carriage_return_is_seen() -> None:
+    # the bar ends with a carriage return, not a newline: the error's level starts its own line
+    follower = _follow("printf 'Loading safetensors checkpoint shards: 100%%\\rERROR 12-01 07:05:40 [core.py:6] "
+                       "EngineCore failed to start.\\n'; exec sleep 60")
+    try:
+        assert follower.wait(5) is True
     finally:
         follower.close()
 

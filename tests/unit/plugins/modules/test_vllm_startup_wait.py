@@ -104,6 +104,28 @@ def test_a_notable_line_polls_again_at_once_instead_of_sleeping() -> None:
     assert made_follower[0].closed   # the docker CLI's follow process does not outlive the wait
 
 
+def test_a_follower_whose_stream_ended_is_replaced_while_the_container_runs() -> None:
+    worker = read_log("lab_cpu_tp2_worker_ready.log.gz")
+    lines = worker.splitlines(keepends=True)
+    at = next(i for i, line in enumerate(lines) if "world_size=" in line or "headless multiproc executor" in line)
+    fake = ChangingDocker(["".join(lines[:at])] * 2 + [worker])
+    made: list[SleepingFollower] = []
+
+    class Ended(SleepingFollower):
+        def wait(self, seconds: float) -> bool:
+            self.alive = False   # `docker logs --follow` ended (the daemon restarted, say)
+            return False
+
+    def follow(_name: str, _since: float) -> Ended:
+        made.append(Ended())
+        return made[-1]
+
+    result = _run({"container": "vllm_glm53", "target_phase": "rendezvous", "poll_interval": 0.001}, fake,
+                  may_poll=True, follow=follow)
+    assert result["ok"] is True
+    assert len(made) == 2 and all(f.closed for f in made)   # the ended one closed before its successor started
+
+
 def test_a_container_that_does_not_run_is_not_followed() -> None:
     made: list[str] = []
     fake = FakeDocker("", running=False)
