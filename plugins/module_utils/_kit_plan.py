@@ -25,6 +25,8 @@ import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from ansible_collections.dgxspark.vllm.plugins.module_utils._staging_lock import locked_nodes, refusal
+
 RANKS = 2
 """The kit drives exactly two ranks: the head and one worker over ssh."""
 HF_CACHE = "/.cache/huggingface"
@@ -314,6 +316,8 @@ def decide(config: Mapping[str, Any], head: str, worker: str, states: Mapping[st
                   "env": start_env(str(config["container_name"]), settings["budgets"], settings["collection_staged"]),
                   "async_seconds": times["async_seconds"], "finish_retries": times["finish_retries"]},
         "api_retries": times["api_retries"],
+        # nothing starts while staging runs on a node (its lock as the state read found it)
+        "refusal": refusal(locked_nodes([head, worker], states), str(config["staging_lock_path"])) if start else None,
     }
 
 

@@ -181,6 +181,12 @@ restart:
   description: Whether the group must be (re)started.
   returned: when O(states) is given
   type: bool
+refusal:
+  description:
+    - Why the group may not start now (staging runs on a node - its staging lock, as O(states) read it), or null.
+      Only a restart is refused; a group left as it is keeps serving.
+  returned: when O(states) is given
+  type: str
 why:
   description: Why it is (re)started, or C(unchanged).
   returned: when O(states) is given

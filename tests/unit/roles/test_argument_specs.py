@@ -145,7 +145,7 @@ def test_the_config_roles_options_are_the_variables_the_config_step_knows():
 # ---------------------------------------------------------------- roles of entry points only: cluster, operations
 
 ENTRY_POINT_ROLES = {
-    "cluster": {"stop", "staging_lock", "api_headers", "api_check", "cx7_copy", "follow_job"},
+    "cluster": {"stop", "api_headers", "api_check", "cx7_copy", "follow_job"},
     "operations": {"status", "logs", "teardown", "benchmark"},
 }
 

@@ -44,7 +44,7 @@ HEAD, WORKER = "spark-a", "spark-b"
 USER = "spark"
 PASSWD = [["x", "1000", "1000", "Spark", "/home/spark", "/bin/bash"]]
 CONFIG: dict[str, Any] = {
-    "kit_user": USER, "hf_home": "/home/spark/.cache/huggingface", "container_name": "vllm_glm53", "port": 8888,
+    "staging_lock_path": "/run/dgxspark/staging.lock", "kit_user": USER, "hf_home": "/home/spark/.cache/huggingface", "container_name": "vllm_glm53", "port": 8888,
     "model_repo": "brandonmusic/GLM-5.3-Flash-tr3-4bpw", "model_revision": "main",
     "drafter_repo": "incoai/GLM-5.3-Flash-DFlash2", "drafter_revision": "main",
     "gpu_memory_utilization": 0.85, "max_model_len": 850000,
@@ -59,8 +59,10 @@ NOT_IN_DOCKER = ("the kit user spark is not in the docker group: start.sh runs d
                  "(sudo usermod -aG docker spark, then log in again)")
 
 
-def _state(cid: str | None, running_: bool = True, image_id: str | None = "sha256:img") -> dict[str, Any]:
-    return {"container": {"exists": cid is not None, "running": running_, "id": cid}, "image_id": image_id}
+def _state(cid: str | None, running_: bool = True, image_id: str | None = "sha256:img",
+           staging_lock: bool = False) -> dict[str, Any]:
+    return {"container": {"exists": cid is not None, "running": running_, "id": cid}, "image_id": image_id,
+            "staging_lock": staging_lock}
 
 
 def _record(document: Any) -> dict[str, Any]:
@@ -321,6 +323,19 @@ def test_decide_starts_without_a_record_and_then_keeps_what_runs() -> None:
     assert changed["start"]["argv"][:2] == ["env", "bash"]
 
 
+def test_decide_refuses_a_start_while_staging_runs_and_keeps_a_group_that_needs_none() -> None:
+    locked = {HEAD: _state("c1"), WORKER: _state("c2", staging_lock=True)}
+    start = _decide(states=locked)
+    assert start["restart"] is True
+    assert start["refusal"] == (f"Staging runs on {WORKER} (/run/dgxspark/staging.lock exists): a heavy download "
+                                "during a model load starves GB10's unified memory. Let staging finish (or remove a "
+                                "stale lock left by a killed run) and launch again.")
+    assert _decide()["refusal"] is None
+    first = _decide()
+    kept = _decide(states=locked, record=_record({"wanted": first["wanted"], "containers": BOTH}))
+    assert (kept["restart"], kept["refusal"]) == (False, None)   # nothing starts: nothing to refuse
+
+
 def test_decide_takes_the_pinned_commit_when_git_says_nothing() -> None:
     assert _decide(git={})["kit_commit"] == SETTINGS["kit_commit"]
     assert _decide(git={"after": None})["kit_commit"] is None          # as the role's default() kept it
@@ -337,7 +352,7 @@ def test_plan_dispatches_on_what_was_observed() -> None:
     settings = {k: v for k, v in SETTINGS.items() if k != "collection_staged"}
     after = plan(dict(base, states={HEAD: _state("c1")}, **settings))
     assert set(after) == {"wanted", "restart", "why", "running", "kit_commit", "preview", "outcome", "start",
-                          "api_retries"}
+                          "api_retries", "refusal"}
     with pytest.raises(KitPlanError, match=r"^give passwd, group and described \(before the kit is placed\) or states"):
         plan(base)
     with pytest.raises(KitPlanError, match="^group, described must be given with passwd$"):

@@ -720,6 +720,28 @@ def test_the_result_carries_the_step_and_what_the_next_call_needs() -> None:
     json.dumps(result)   # a task's result: JSON only
 
 
+@pytest.mark.parametrize("locked", [[WORKER], [HEAD, WORKER]])
+def test_a_start_while_staging_runs_is_refused_before_anything_is_stopped(locked: list[str]) -> None:
+    cfg = config()
+    cache = recorded(cfg, nodes(), {"kv_cache_memory_bytes": ONE_GIB})
+    old = run(cfg, nodes(), cache).specs   # a group serving an older render: the start would stop it first
+    states = {name: node_state(name, "out-of-date", staging_lock=name in locked) for name in (HEAD, WORKER)}
+    result = run(cfg, states, cache)
+    assert (result.step, result.stop_first, result.any_exists) == ("fail", False, True)
+    assert result.message == (f"Staging runs on {', '.join(locked)} (/run/dgxspark/staging.lock exists): a heavy "
+                              "download during a model load starves GB10's unified memory. Let staging finish (or "
+                              "remove a stale lock left by a killed run) and launch again.")
+    assert result.specs.keys() == old.keys()   # the render is still there for status to compare
+
+
+def test_a_group_found_serving_while_staging_runs_is_left_serving() -> None:
+    cfg, states = config(), nodes()
+    cache = recorded(cfg, states, {"kv_cache_memory_bytes": ONE_GIB})
+    specs = run(cfg, states, cache).specs
+    serving = {name: node_state(name, specs[name]["config_hash"], staging_lock=True) for name in (HEAD, WORKER)}
+    assert run(cfg, serving, cache).step == "nothing"   # nothing starts: nothing to refuse
+
+
 def test_a_node_without_the_serve_image_cannot_start_and_says_to_stage_it() -> None:
     cfg = config()
     bare = node_state(WORKER, running=False, exists=False)
