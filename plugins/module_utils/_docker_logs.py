@@ -121,8 +121,8 @@ class LogFollower:
         popen = popen or subprocess.Popen
         self._partial: dict[int, bytes] = {}
         try:
-            self._proc: subprocess.Popen | None = popen(list(argv), stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                                                       stderr=subprocess.PIPE)
+            self._proc: subprocess.Popen | None = popen(
+                list(argv), stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
         except OSError:
             self._proc = None
         self._open = [self._proc.stdout.fileno(), self._proc.stderr.fileno()] if self._proc is not None else []

@@ -19,7 +19,8 @@ from helpers.module_runner import ModuleFail, run_module
 
 HEAD, WORKER = "spark-a", "spark-b"
 CONFIG: dict[str, Any] = {
-    "staging_lock_path": "/run/dgxspark/staging.lock", "kit_user": "spark", "hf_home": "/home/spark/.cache/huggingface", "container_name": "vllm_glm53", "port": 8888,
+    "staging_lock_path": "/run/dgxspark/staging.lock",
+    "kit_user": "spark", "hf_home": "/home/spark/.cache/huggingface", "container_name": "vllm_glm53", "port": 8888,
     "model_repo": "brandonmusic/GLM-5.3-Flash-tr3-4bpw", "model_revision": "main", "drafter_repo": "",
     "drafter_revision": "", "gpu_memory_utilization": None, "max_model_len": 850000,
     "nodes": {HEAD: {"cx7_ip": "10.77.1.11", "ib_hca": "mlx5_0,mlx5_1"}, WORKER: {"cx7_ip": "10.77.1.12"}},

@@ -44,7 +44,8 @@ HEAD, WORKER = "spark-a", "spark-b"
 USER = "spark"
 PASSWD = [["x", "1000", "1000", "Spark", "/home/spark", "/bin/bash"]]
 CONFIG: dict[str, Any] = {
-    "staging_lock_path": "/run/dgxspark/staging.lock", "kit_user": USER, "hf_home": "/home/spark/.cache/huggingface", "container_name": "vllm_glm53", "port": 8888,
+    "staging_lock_path": "/run/dgxspark/staging.lock",
+    "kit_user": USER, "hf_home": "/home/spark/.cache/huggingface", "container_name": "vllm_glm53", "port": 8888,
     "model_repo": "brandonmusic/GLM-5.3-Flash-tr3-4bpw", "model_revision": "main",
     "drafter_repo": "incoai/GLM-5.3-Flash-DFlash2", "drafter_revision": "main",
     "gpu_memory_utilization": 0.85, "max_model_len": 850000,
