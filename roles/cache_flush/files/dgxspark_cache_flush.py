@@ -29,6 +29,7 @@ import argparse
 import calendar
 import json
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -73,10 +74,24 @@ class Config:
     docker_bin: str = "docker"
     follow_container: str = ""
     follow_seconds: int = 3600
+    follow_until_loaded: bool = True
 
 
 CONFIG_KEYS = tuple(item.name for item in fields(Config))
 INT_KEYS = ("threshold_bytes", "floor_bytes", "interval_seconds", "follow_seconds")
+BOOL_KEYS = ("follow_until_loaded",)
+
+# The lines with which vLLM says a start's load is over: its KV cache allocated (each rank) or its API up (the head).
+# The same lines end the phases kv_allocated and api_up of the collection's log reader (module_utils/_vllm_log.py),
+# which ends the launch's load watch; a unit test keeps the two in step on the recorded logs.
+LOAD_END_PATTERNS = (
+    re.compile(r"\bKV cache size: [\d,]+ tokens\b"),
+    re.compile(r"\bGiB (?:memory )?for KV cache\b", re.IGNORECASE),
+    re.compile(r"\bAvailable KV cache memory:"),
+    re.compile(r"Replace gpu_memory_utilization(?: config)? with `--kv-cache-memory="),
+    re.compile(r"\bStarting vLLM (?:API )?server (?:\d+ )?on\b"),
+    re.compile(r"\bApplication startup complete\."),
+)
 
 
 @dataclass(frozen=True)
@@ -172,7 +187,11 @@ def validate_config(values: dict) -> Config:
         if key not in values:
             continue
         value = values[key]
-        if key in INT_KEYS:
+        if key in BOOL_KEYS:
+            if not isinstance(value, bool):
+                problems.append("%s must be true or false, got %r" % (key, value))
+                continue
+        elif key in INT_KEYS:
             if isinstance(value, str) and value.strip().isdigit():
                 value = int(value)
             if isinstance(value, bool) or not isinstance(value, int):
@@ -231,6 +250,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--follow-container", help="act only while this container is in its first follow_seconds "
                         "of running (its model load): the follow mode the group guard's restores rely on")
     parser.add_argument("--follow-seconds", type=int, help="length of the load window in follow mode (default 3600)")
+    parser.add_argument("--follow-whole-window", dest="follow_until_loaded", action="store_false", default=None,
+                        help="in follow mode, act for the whole window, not only until the container's log says its "
+                        "load is over (its KV cache allocated or its API up)")
     parser.add_argument("--once", action="store_true", help="run one check and exit")
     parser.add_argument("--check-config", action="store_true", help="validate the configuration, print it and exit")
     return parser
@@ -251,7 +273,8 @@ def describe(config: Config) -> str:
             % (config.threshold_bytes, gib(config.threshold_bytes), config.floor_bytes, gib(config.floor_bytes),
                config.interval_seconds, config.action, config.container_name, config.meminfo_path,
                config.drop_caches_path, config.docker_bin,
-               (" follow_container=%s follow_seconds=%d" % (config.follow_container, config.follow_seconds))
+               (" follow_container=%s follow_seconds=%d follow_until_loaded=%s"
+                % (config.follow_container, config.follow_seconds, str(config.follow_until_loaded).lower()))
                if config.follow_container else ""))
 
 
@@ -399,6 +422,59 @@ def in_load_window(state_text: str, now: float, window: int) -> tuple:
     return False, "serving for %.0f s (past the load window of %d s)" % (age, window)
 
 
+def load_end_line(text: str) -> str | None:
+    """The first line of `text` (a container's log) that says a load is over (LOAD_END_PATTERNS), stripped."""
+    for raw in text.replace("\r", "\n").splitlines():
+        if any(pattern.search(raw) for pattern in LOAD_END_PATTERNS):
+            return raw.strip()
+    return None
+
+
+class LoadEnd:
+    """Whether the followed container's current start has ended its load, from its log read a piece at a time.
+
+    `read_log(since)` returns the log's lines from `since` (seconds since the epoch) on, or None when it cannot be
+    read. Each start (its StartedAt) is read from its beginning; then each call reads only what came since the last
+    read (from one second before it: a line is read twice rather than missed). Once the end is seen, that start's
+    log is not read again.
+    """
+
+    def __init__(self, read_log) -> None:
+        self.read_log = read_log
+        self.start = ""
+        self.since = 0.0
+        self.line = None
+        self.unreadable = False
+
+    def ended(self, state_text: str, now: float) -> str | None:
+        """The line that ended the load of the start `state_text` describes (docker inspect's Running StartedAt),
+        or None while it loads or its log cannot be read."""
+        parts = state_text.split()
+        start = parts[1] if len(parts) == 2 else ""
+        if start != self.start:
+            started = parse_docker_time(start)
+            self.start, self.line, self.unreadable = start, None, False
+            self.since = (started if started is not None else now) - 1
+        if self.line is None:
+            text = self.read_log(self.since)
+            self.unreadable = text is None
+            if text is not None:
+                self.since = now - 1
+                self.line = load_end_line(text)
+        return self.line
+
+
+def follow_log(config: Config, since: float) -> str | None:
+    """The followed container's log (stdout and stderr) from `since` on; None when docker cannot give it."""
+    command = [config.docker_bin, "logs", "--since", "%.3f" % since, config.follow_container]
+    try:
+        proc = subprocess.run(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, errors="replace",
+                              timeout=30, check=False)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    return proc.stdout if proc.returncode == 0 else None
+
+
 def follow_state(config: Config) -> str:
     command = [config.docker_bin, "inspect", "--format", "{{.State.Running}} {{.State.StartedAt}}", config.follow_container]
     try:
@@ -416,9 +492,17 @@ def serve(config: Config, stop: threading.Event) -> int:
     # iteration, whose sync can take a while.
     sd_notify("READY=1")
     active = None
+    load = LoadEnd(lambda since: follow_log(config, since))
     while not stop.is_set():
         if config.follow_container:
-            now_active, why = in_load_window(follow_state(config), time.time(), config.follow_seconds)
+            state_text, now = follow_state(config), time.time()
+            now_active, why = in_load_window(state_text, now, config.follow_seconds)
+            if now_active and config.follow_until_loaded:
+                ended = load.ended(state_text, now)
+                if ended is not None:
+                    now_active, why = False, "its load is over (%s)" % ended[-160:]
+                elif load.unreadable:
+                    why += "; its log cannot be read, so the whole window"
             if now_active != active:
                 log(LOG_INFO, "%s %s: %s" % ("following" if now_active else "idle until the next start of",
                                              config.follow_container, why))

@@ -19,9 +19,12 @@ import time
 from pathlib import Path
 
 import jinja2
+from helpers.fixtures import log_names, read_log
 from helpers.programs import load_program
 import pytest
 import yaml
+
+from ansible_collections.dgxspark.vllm.plugins.module_utils._vllm_log import line_phase, normalise
 
 ROOT = Path(__file__).resolve().parents[3]
 ROLES = ROOT / "roles"
@@ -190,6 +193,8 @@ def test_validate_config_defaults_and_int_strings():
     ({"follow_seconds": -60}, "follow_seconds must be > 0, got -60"),
     ({"follow_seconds": "1h"}, "follow_seconds must be an integer, got '1h'"),
     ({"follow_container": 5}, "follow_container must be a string"),
+    ({"follow_until_loaded": "yes"}, "follow_until_loaded must be true or false, got 'yes'"),
+    ({"follow_until_loaded": 1}, "follow_until_loaded must be true or false, got 1"),
 ])
 def test_validate_config_rejects(values, message):
     with pytest.raises(prog.ConfigError, match=message):
@@ -200,6 +205,8 @@ def test_validate_config_follow_mode():
     config = prog.validate_config({"follow_container": "vllm_glm53", "follow_seconds": "600"})
     assert (config.follow_container, config.follow_seconds) == ("vllm_glm53", 600)
     assert (prog.Config().follow_container, prog.Config().follow_seconds) == ("", 3600)
+    assert prog.Config().follow_until_loaded is True
+    assert prog.validate_config({"follow_until_loaded": False}).follow_until_loaded is False
 
 
 def test_follow_flags(tmp_path, capsys):
@@ -208,6 +215,10 @@ def test_follow_flags(tmp_path, capsys):
     assert (shown["follow_container"], shown["follow_seconds"]) == ("vllm_x", 90)
     assert prog.main(["--follow-container", "vllm_x", "--follow-seconds", "0", "--check-config"]) == 2
     assert "follow_seconds must be > 0, got 0" in capsys.readouterr().out
+    assert prog.main(["--follow-container", "vllm_x", "--check-config"]) == 0
+    assert json.loads(capsys.readouterr().out)["follow_until_loaded"] is True
+    assert prog.main(["--follow-container", "vllm_x", "--follow-whole-window", "--check-config"]) == 0
+    assert json.loads(capsys.readouterr().out)["follow_until_loaded"] is False
 
 
 def _render_role_config(overrides=None) -> str:
@@ -216,6 +227,7 @@ def _render_role_config(overrides=None) -> str:
     defaults.update(overrides or {})
     env = jinja2.Environment(undefined=jinja2.StrictUndefined, keep_trailing_newline=True, trim_blocks=True)
     env.filters["to_json"] = json.dumps
+    env.filters["bool"] = lambda value: value if isinstance(value, bool) else str(value).lower() in ("yes", "on", "1", "true")
     return env.from_string((ROLE / "templates" / "cache-flush.json.j2").read_text(encoding="utf-8")).render(**defaults)
 
 
@@ -236,11 +248,11 @@ ROLE_CONFIG = {
 @pytest.mark.parametrize(("overrides", "changed"), [
     ({}, {}),
     ({"__cache_flush_follow": False}, {}),
-    ({"__cache_flush_follow": True}, {"follow_container": "vllm_glm53", "follow_seconds": 3600}),
+    ({"__cache_flush_follow": True}, {"follow_container": "vllm_glm53", "follow_seconds": 3600, "follow_until_loaded": True}),
     ({"__cache_flush_follow": True, "cache_flush_follow_seconds": 1800.0, "cache_flush_interval_seconds": "7",
       "cache_flush_threshold_bytes": 4.0e10, "cache_flush_container_name": 'vllm "\u00fc" \\ x',
-      "cache_flush_watchdog_action": "stop_container"},
-     {"follow_container": 'vllm "\u00fc" \\ x', "follow_seconds": 1800, "interval_seconds": 7,
+      "cache_flush_watchdog_action": "stop_container", "cache_flush_follow_until_loaded": "no"},
+     {"follow_container": 'vllm "\u00fc" \\ x', "follow_seconds": 1800, "follow_until_loaded": False, "interval_seconds": 7,
       "container_name": 'vllm "\u00fc" \\ x', "action": "stop_container"}),
 ])
 def test_role_config_template_writes_the_same_file(overrides, changed):
@@ -264,7 +276,7 @@ def test_role_follow_config_template_turns_follow_mode_on(tmp_path):
     path.write_text(_render_role_config({"__cache_flush_follow": True, "cache_flush_follow_seconds": 1800}))
     config = prog.validate_config(prog.load_config_file(str(path)))
     assert (config.follow_container, config.follow_seconds) == ("vllm_glm53", 1800)
-    assert "follow_container=vllm_glm53 follow_seconds=1800" in prog.describe(config)
+    assert "follow_container=vllm_glm53 follow_seconds=1800 follow_until_loaded=true" in prog.describe(config)
     assert "follow_container" not in prog.describe(prog.Config())
 
 
@@ -432,6 +444,82 @@ def test_in_load_window(text, now, expect):
     assert prog.in_load_window(text, now, 3600) == expect
 
 
+LOAD_END_PHASES = ("kv_allocated", "api_up")
+
+
+@pytest.mark.parametrize("name", sorted(log_names()))
+def test_load_end_lines_are_the_log_readers(name):
+    """On every recorded log, a line ends the follow mode's load exactly where the collection's log reader sees the
+    KV cache allocated or the API up (the phases that end the launch's load watch)."""
+    raw_lines = read_log(name).splitlines()
+    ours = [i for i, raw in enumerate(raw_lines) if prog.load_end_line(raw) is not None]
+    theirs = [line.index for line in normalise("\n".join(raw_lines)) if line_phase(line) in LOAD_END_PHASES]
+    assert ours == theirs
+
+
+def test_some_recorded_logs_end_a_load():
+    """The comparison above is not between two empty lists: most recorded starts reach their KV cache."""
+    ended = [name for name in log_names() if prog.load_end_line(read_log(name)) is not None]
+    assert len(ended) >= 10
+
+
+@pytest.mark.parametrize(("text", "expect"), [
+    ("(EngineCore pid=7) INFO 12-02 03:20:01 [gpu_worker.py:1] Available KV cache memory: 12.5 GiB\n", "Available KV cache memory"),
+    ("loading\r(APIServer pid=1) INFO:     Application startup complete.\r\n", "(APIServer pid=1) INFO:"),
+    ("INFO Loading weights took 12.3 seconds\nINFO Model loading took 40 GiB\n", None),
+    ("", None),
+])
+def test_load_end_line(text, expect):
+    found = prog.load_end_line(text)
+    assert (found is None) if expect is None else found.startswith(expect) or expect in found
+
+
+class _Log:
+    """A container log read by `since`: each call returns what was written at or after it (None: unreadable)."""
+
+    def __init__(self, lines=(), readable=True):
+        self.lines = list(lines)      # (time, text)
+        self.readable = readable
+        self.asked = []
+
+    def __call__(self, since):
+        self.asked.append(since)
+        if not self.readable:
+            return None
+        return "".join(text + "\n" for at, text in self.lines if at >= since)
+
+
+def test_load_end_reads_each_start_from_its_beginning_then_only_what_is_new():
+    log = _Log([(STARTED + 5, "INFO Loading weights took 3 s")])
+    load = prog.LoadEnd(log)
+    start = "true 2026-12-02T03:18:45Z"
+    assert load.ended(start, STARTED + 10) is None
+    log.lines.append((STARTED + 12, "INFO Available KV cache memory: 3 GiB"))
+    assert load.ended(start, STARTED + 20) == "INFO Available KV cache memory: 3 GiB"
+    assert log.asked == [STARTED - 1, STARTED + 9]      # from the start, then from a second before the last read
+    assert load.ended(start, STARTED + 30) == "INFO Available KV cache memory: 3 GiB"
+    assert len(log.asked) == 2                            # an ended load's log is not read again
+    restarted = "true 2026-12-02T03:28:45Z"
+    assert load.ended(restarted, STARTED + 610) is None   # a new start loads again: its log is read from its start
+    assert log.asked[2] == STARTED + 599
+
+
+def test_load_end_with_an_unreadable_log_keeps_loading():
+    load = prog.LoadEnd(_Log([(STARTED + 5, "INFO Available KV cache memory: 3 GiB")], readable=False))
+    assert load.ended("true 2026-12-02T03:18:45Z", STARTED + 10) is None
+    assert load.unreadable
+
+
+def test_follow_log_runs_docker_logs_since(tmp_path):
+    docker = tmp_path / "docker"
+    docker.write_text('#!/bin/sh\necho "args: $*"\necho "from stderr" >&2\n[ "$4" = vllm_x ]\n')
+    docker.chmod(0o755)
+    config = prog.Config(docker_bin=str(docker), follow_container="vllm_x")
+    assert prog.follow_log(config, 1764645525.25) == "args: logs --since 1764645525.250 vllm_x\nfrom stderr\n"
+    assert prog.follow_log(prog.Config(docker_bin=str(docker), follow_container="other"), 0) is None
+    assert prog.follow_log(prog.Config(docker_bin=str(tmp_path / "absent"), follow_container="vllm_x"), 0) is None
+
+
 class _StopAfter(threading.Event):
     """A stop event that sets itself after `count` waits (the loop's ticks), without sleeping."""
 
@@ -454,6 +542,7 @@ def test_serve_in_follow_mode_acts_only_inside_the_load_window(monkeypatch, caps
     answers = ["", inside, inside, past, past, inside]
     asked, runs = [], []
     monkeypatch.setattr(prog, "follow_state", lambda config: asked.append(config.follow_container) or answers.pop(0))
+    monkeypatch.setattr(prog, "follow_log", lambda config, since: "")     # a log that never says the load is over
     monkeypatch.setattr(prog, "run_iteration", lambda config, state, now, verbose=False: runs.append(verbose) or (state, True))
     config = prog.Config(follow_container="vllm_x", follow_seconds=3600)
     assert prog.serve(config, _StopAfter(6)) == prog.EXIT_OK
@@ -465,6 +554,66 @@ def test_serve_in_follow_mode_acts_only_inside_the_load_window(monkeypatch, caps
     assert lines[2].startswith("<6>idle until the next start of vllm_x: serving for 40")
     assert lines[3].startswith("<6>following vllm_x: started ")
     assert len(lines) == 4
+
+
+def _docker_time(at: float) -> str:
+    """`at` as docker inspect's StartedAt gives it (RFC 3339 with a fraction, UTC)."""
+    return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(at)) + (".%06dZ" % round((at % 1) * 1e6))
+
+
+def _serve_following(monkeypatch, answers, read_log, **config):
+    """serve() in follow mode over docker inspect answers (one a tick) and a container log: the flush runs."""
+    monkeypatch.delenv("NOTIFY_SOCKET", raising=False)
+    monkeypatch.setattr(prog, "follow_state", lambda config: answers.pop(0))
+    monkeypatch.setattr(prog, "follow_log", lambda config, since: read_log(since))
+    runs = []
+    monkeypatch.setattr(prog, "run_iteration", lambda config, state, now, verbose=False: runs.append(verbose) or (state, True))
+    ticks = len(answers)
+    assert prog.serve(prog.Config(follow_container="vllm_x", follow_seconds=3600, **config), _StopAfter(ticks)) == prog.EXIT_OK
+    return runs
+
+
+def test_serve_in_follow_mode_leaves_a_loaded_start_alone_and_follows_the_next(monkeypatch, capsys):
+    now = time.time()
+    loaded, restarted = "true " + _docker_time(now - 100), "true " + _docker_time(now - 10)
+    log = _Log([(now - 90, "INFO Loading weights took 3 s"), (now - 50, "INFO Available KV cache memory: 3 GiB")])
+    assert _serve_following(monkeypatch, [loaded, restarted], log) == [True]
+    assert log.asked[1] == pytest.approx(now - 11, abs=1e-5)    # the new start's log, from its start
+    assert capsys.readouterr().out.splitlines() == [
+        "<6>idle until the next start of vllm_x: its load is over (INFO Available KV cache memory: 3 GiB)",
+        "<6>following vllm_x: started 10 s ago (load window 3600 s)"]
+
+
+def test_serve_in_follow_mode_until_the_kv_cache_line(monkeypatch, capsys):
+    now = time.time()
+    start = "true " + _docker_time(now - 100)
+    log_lines = [(now - 90, "INFO Loading weights took 3 s")]
+    answers = [start, start, start]
+    monkeypatch.delenv("NOTIFY_SOCKET", raising=False)
+    monkeypatch.setattr(prog, "follow_state", lambda config: answers.pop(0))
+    monkeypatch.setattr(prog, "follow_log", lambda config, since: "".join(
+        text + "\n" for at, text in log_lines if at >= since))
+    runs = []
+
+    def iteration(config, state, now, verbose=False):
+        runs.append(verbose)
+        log_lines.append((time.time(), "INFO Available KV cache memory: 3 GiB"))   # written during the first tick
+        return state, True
+
+    monkeypatch.setattr(prog, "run_iteration", iteration)
+    assert prog.serve(prog.Config(follow_container="vllm_x", follow_seconds=3600), _StopAfter(3)) == prog.EXIT_OK
+    assert runs == [True]
+    lines = capsys.readouterr().out.splitlines()
+    assert lines == ["<6>following vllm_x: started 100 s ago (load window 3600 s)",
+                     "<6>idle until the next start of vllm_x: its load is over (INFO Available KV cache memory: 3 GiB)"]
+
+
+def test_serve_follows_the_whole_window_when_asked(monkeypatch):
+    now = time.time()
+    start = "true " + _docker_time(now - 100)
+    log = _Log([(now - 50, "INFO Available KV cache memory: 3 GiB")])
+    assert _serve_following(monkeypatch, [start, start], log, follow_until_loaded=False) == [True, False]
+    assert log.asked == []
 
 
 def test_serve_without_follow_always_acts(monkeypatch):
