@@ -7,8 +7,8 @@
 # the rendezvous, starting the head's container) and counts as overhead.
 # Usage: bench/launch.sh   (brings the lab up and stages the model if needed; leaves the serve running)
 # The no-op re-run is measured BENCH_NOOP_RUNS times (default 3) right after the launch; the ratio is the median's.
-# The lab's nodes share this machine's kernel, so each page-cache flush on a node (the launch's flush service, then
-# the guard's follow mode for guard_flush_window_seconds) also drops the controller's cache: the bench counts them.
+# The lab's nodes share this machine's kernel, so each page-cache flush on a node (the launch's flush service, and the
+# guard's follow mode until the load ends) also drops the controller's cache: the bench counts them.
 # Env: BENCH_TASKS (how many of the slowest tasks to list, default 12); BENCH_EXTRA_VARS (one -e value for all
 # measured runs, e.g. '{"launch_poll_interval": 2}', to compare a setting). Logs: bench/out/launch-<time>/.
 set -euo pipefail
