@@ -423,8 +423,9 @@ def in_load_window(state_text: str, now: float, window: int) -> tuple:
 
 
 def load_end_line(text: str) -> str | None:
-    """The first line of `text` (a container's log) that says a load is over (LOAD_END_PATTERNS), stripped."""
-    for raw in text.replace("\r", "\n").splitlines():
+    """The first line of `text` (a container's log) that says a load is over (LOAD_END_PATTERNS), stripped.
+    str.splitlines ends a line at a progress bar's bare carriage return too."""
+    for raw in text.splitlines():
         if any(pattern.search(raw) for pattern in LOAD_END_PATTERNS):
             return raw.strip()
     return None
