@@ -418,8 +418,15 @@ def in_load_window(state_text: str, now: float, window: int) -> tuple:
         return False, "unreadable start time %r" % parts[1]
     age = now - started
     if age < window:
-        return True, "started %.0f s ago (load window %d s)" % (age, window)
+        return True, "started %.0f s ago at %s (load window %d s)" % (age, parts[1], window)
     return False, "serving for %.0f s (past the load window of %d s)" % (age, window)
+
+
+def running_start(state_text: str) -> str:
+    """The StartedAt of a running container from `docker inspect --format '{{.State.Running}} {{.State.StartedAt}}'`,
+    or "" when it is not running (or docker could not say)."""
+    parts = state_text.split()
+    return parts[1] if len(parts) == 2 and parts[0] == "true" else ""
 
 
 def load_end_line(text: str) -> str | None:
@@ -501,13 +508,16 @@ def serve(config: Config, stop: threading.Event) -> int:
             if now_active and config.follow_until_loaded:
                 ended = load.ended(state_text, now)
                 if ended is not None:
-                    now_active, why = False, "its load is over (%s)" % ended[-160:]
+                    now_active, why = False, "started at %s, its load is over (%s)" % (running_start(state_text), ended[-160:])
                 elif load.unreadable:
                     why += "; its log cannot be read, so the whole window"
-            if now_active != active:
+            # a line whenever following starts or ends, and for each new start (one that begins while the
+            # previous start still loads, or one whose load was over before a tick saw it): the journal names every
+            # start the service saw
+            if (now_active, running_start(state_text)) != active:
                 log(LOG_INFO, "%s %s: %s" % ("following" if now_active else "idle until the next start of",
                                              config.follow_container, why))
-                active = now_active
+                active = (now_active, running_start(state_text))
                 first = True
             if not now_active:
                 sd_notify("STATUS=idle: %s %s" % (config.follow_container, why))

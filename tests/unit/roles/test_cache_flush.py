@@ -428,9 +428,9 @@ def test_parse_docker_time_unusable(text):
 
 
 @pytest.mark.parametrize(("text", "now", "expect"), [
-    ("true 2026-12-02T03:18:45.5Z\n", STARTED + 100.5, (True, "started 100 s ago (load window 3600 s)")),
-    ("true 2026-12-02T03:18:45Z", STARTED, (True, "started 0 s ago (load window 3600 s)")),
-    ("true 2026-12-02T03:18:45Z", STARTED + 3599.9, (True, "started 3600 s ago (load window 3600 s)")),
+    ("true 2026-12-02T03:18:45.5Z\n", STARTED + 100.5, (True, "started 100 s ago at 2026-12-02T03:18:45.5Z (load window 3600 s)")),
+    ("true 2026-12-02T03:18:45Z", STARTED, (True, "started 0 s ago at 2026-12-02T03:18:45Z (load window 3600 s)")),
+    ("true 2026-12-02T03:18:45Z", STARTED + 3599.9, (True, "started 3600 s ago at 2026-12-02T03:18:45Z (load window 3600 s)")),
     ("true 2026-12-02T03:18:45Z", STARTED + 3600, (False, "serving for 3600 s (past the load window of 3600 s)")),
     ("true 2026-12-02T03:18:45Z", STARTED + 86400, (False, "serving for 86400 s (past the load window of 3600 s)")),
     ("false 2026-12-02T03:18:45Z", STARTED + 10, (False, "not running")),
@@ -551,9 +551,10 @@ def test_serve_in_follow_mode_acts_only_inside_the_load_window(monkeypatch, caps
     assert runs == [True, False, True]     # verbose again on entering a new window
     lines = capsys.readouterr().out.splitlines()
     assert lines[0] == "<6>idle until the next start of vllm_x: not running"
-    assert lines[1].startswith("<6>following vllm_x: started 10") and lines[1].endswith(" s ago (load window 3600 s)")
+    assert lines[1].startswith("<6>following vllm_x: started 10")
+    assert lines[1].endswith(" s ago at %s (load window 3600 s)" % inside.split()[1])
     assert lines[2].startswith("<6>idle until the next start of vllm_x: serving for 40")
-    assert lines[3].startswith("<6>following vllm_x: started ")
+    assert lines[3].startswith("<6>following vllm_x: started ") and inside.split()[1] in lines[3]
     assert len(lines) == 4
 
 
@@ -588,8 +589,9 @@ def test_serve_in_follow_mode_leaves_a_loaded_start_alone_and_follows_the_next(m
     assert _serve_following(monkeypatch, [loaded, restarted], log) == [True]
     assert log.asked[1] == pytest.approx(now - 11, abs=1e-5)    # the new start's log, from its start
     assert capsys.readouterr().out.splitlines() == [
-        "<6>idle until the next start of vllm_x: its load is over (INFO Available KV cache memory: 3 GiB)",
-        "<6>following vllm_x: started 10 s ago (load window 3600 s)"]
+        "<6>idle until the next start of vllm_x: started at %s, its load is over (INFO Available KV cache memory: 3 GiB)"
+        % loaded.split()[1],
+        "<6>following vllm_x: started 10 s ago at %s (load window 3600 s)" % restarted.split()[1]]
 
 
 def test_serve_in_follow_mode_until_the_kv_cache_line(monkeypatch, capsys):
@@ -602,8 +604,31 @@ def test_serve_in_follow_mode_until_the_kv_cache_line(monkeypatch, capsys):
 
     assert _serve_following(monkeypatch, [start, start, start], log, kv_line_written) == [True]
     assert capsys.readouterr().out.splitlines() == [
-        "<6>following vllm_x: started 100 s ago (load window 3600 s)",
-        "<6>idle until the next start of vllm_x: its load is over (INFO Available KV cache memory: 3 GiB)"]
+        "<6>following vllm_x: started 100 s ago at %s (load window 3600 s)" % start.split()[1],
+        "<6>idle until the next start of vllm_x: started at %s, its load is over (INFO Available KV cache memory: 3 GiB)"
+        % start.split()[1]]
+
+
+def test_serve_names_a_new_start_that_begins_while_the_last_one_loads(monkeypatch, capsys):
+    now = time.time()
+    first, second = "true " + _docker_time(now - 100), "true " + _docker_time(now - 20)
+    log = _Log([(now - 90, "INFO Loading weights took 3 s")])     # neither start has ended its load
+    assert _serve_following(monkeypatch, [first, second, second], log) == [True, True, False]
+    assert capsys.readouterr().out.splitlines() == [
+        "<6>following vllm_x: started 100 s ago at %s (load window 3600 s)" % first.split()[1],
+        "<6>following vllm_x: started 20 s ago at %s (load window 3600 s)" % second.split()[1]]
+
+
+def test_serve_names_a_new_start_whose_load_was_over_before_a_tick_saw_it(monkeypatch, capsys):
+    now = time.time()
+    first, second = "true " + _docker_time(now - 300), "true " + _docker_time(now - 60)
+    log = _Log([(now - 250, "INFO Available KV cache memory: 3 GiB"), (now - 30, "INFO Available KV cache memory: 4 GiB")])
+    assert _serve_following(monkeypatch, [first, second, second], log) == []
+    assert capsys.readouterr().out.splitlines() == [
+        "<6>idle until the next start of vllm_x: started at %s, its load is over (INFO Available KV cache memory: 3 GiB)"
+        % first.split()[1],
+        "<6>idle until the next start of vllm_x: started at %s, its load is over (INFO Available KV cache memory: 4 GiB)"
+        % second.split()[1]]
 
 
 def test_serve_follows_the_whole_window_when_asked(monkeypatch):
