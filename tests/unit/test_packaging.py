@@ -1,13 +1,21 @@
 # Copyright: Contributors to the dgxspark.vllm collection
 # GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
-"""The install metadata agrees with itself and with the code: galaxy.yml, meta/, requirements/, the EE."""
+"""The install metadata agrees with itself and with the code: galaxy.yml, meta/, requirements/, the EE.
+
+Dependencies are checked both ways: what the code uses is declared, and what is declared is used.
+"""
 from __future__ import annotations
 
+import ast
+import importlib.metadata
 import pathlib
 import re
+import sys
 
 import yaml
+from packaging.requirements import Requirement
 from packaging.specifiers import SpecifierSet
+from packaging.utils import canonicalize_name
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 
@@ -22,15 +30,47 @@ def dev_pin(name: str) -> str:
     return match.group(1)
 
 
-def test_every_collection_used_is_declared() -> None:
-    used = set()
+# --------------------------------------------------------------------------- collections
+
+_FQCN = r"([a-z][a-z0-9_]*\.[a-z][a-z0-9_]*)\.[a-z][a-z0-9_]*"
+_NAMESPACES = ("community", "ansible", "containers", "kubernetes")
+
+
+def collections_used() -> set[str]:
+    """Every collection the roles, playbooks and plugins call: task keys (module FQCNs), filters and tests after a
+    pipe or an ``is``, lookups, and Python imports of ``ansible_collections.<ns>.<name>``; ansible.builtin and this
+    collection left out."""
+    used: set[str] = set()
     for folder in ("roles", "playbooks"):
-        for path in (ROOT / folder).rglob("*.yml"):
-            used |= set(re.findall(r"\b([a-z][a-z0-9_]*\.[a-z][a-z0-9_]*)\.[a-z][a-z0-9_]*:", path.read_text()))
-            used |= set(re.findall(r"\|\s*([a-z][a-z0-9_]*\.[a-z][a-z0-9_]*)\.[a-z][a-z0-9_]*", path.read_text()))
-    used = {c for c in used if c.split(".")[0] in ("community", "ansible", "containers", "kubernetes")}
+        for path in (ROOT / folder).rglob("*"):
+            if path.suffix not in (".yml", ".yaml", ".j2"):
+                continue
+            text = path.read_text()
+            used |= set(re.findall(r"\b%s:" % _FQCN, text))
+            used |= set(re.findall(r"(?:\||\bis\s+(?:not\s+)?)\s*%s" % _FQCN, text))
+            used |= set(re.findall(r"\b(?:lookup|query|q)\(\s*['\"]%s" % _FQCN, text))
+    for path in list((ROOT / "plugins").rglob("*.py")) + list((ROOT / "roles").glob("*/files/*.py")):
+        used |= set(re.findall(r"^\s*(?:from|import)\s+ansible_collections\.([a-z0-9_]+\.[a-z0-9_]+)\b",
+                               path.read_text(), re.MULTILINE))
+    return {c for c in used if c.split(".")[0] in _NAMESPACES} - {"ansible.builtin", "dgxspark.vllm"}
+
+
+def test_every_collection_used_is_declared() -> None:
+    used = collections_used()
     declared = set(load("galaxy.yml")["dependencies"])
-    assert used - {"ansible.builtin"} <= declared, "used but not in galaxy.yml: %s" % (used - declared)
+    assert used <= declared, "used but not in galaxy.yml: %s" % (used - declared)
+
+
+def test_every_collection_declared_is_used() -> None:
+    """A declared collection nothing calls only makes every install fetch it (community.general did, for nothing)."""
+    used = collections_used()
+    for name, declared in (("galaxy.yml", set(load("galaxy.yml")["dependencies"])),
+                           ("requirements/collections.yml",
+                            {c["name"] for c in load("requirements/collections.yml")["collections"]})):
+        assert declared <= used, "declared in %s but called nowhere: %s" % (name, sorted(declared - used))
+    mentioned = set(re.findall(r"\b((?:%s)\.[a-z][a-z0-9_]*)\b" % "|".join(_NAMESPACES),
+                               (ROOT / "execution-environment.yml").read_text()))
+    assert mentioned - {"ansible.builtin"} <= used, "execution-environment.yml names %s" % sorted(mentioned - used)
 
 
 def test_dependencies_are_ranges_and_match_the_checkout_requirements() -> None:
@@ -74,3 +114,137 @@ def test_copying_is_the_gpl3_the_collection_declares() -> None:
     assert load("galaxy.yml")["license"] == ["GPL-3.0-or-later"]
     text = (ROOT / "COPYING").read_text()
     assert text.lstrip().startswith("GNU GENERAL PUBLIC LICENSE") and "Version 3, 29 June 2007" in text
+
+
+# --------------------------------------------------------------------------- Python requirements
+
+
+def requirement_names(path: str) -> set[str]:
+    """The distributions a requirements file (or a YAML list of requirement strings) names, canonicalised."""
+    if ":" in path:   # FILE.yml:KEY, a list of requirement strings in a YAML file
+        file_name, key = path.split(":")
+        lines = load(file_name)[key]
+    else:
+        lines = [line.split("#")[0].strip() for line in (ROOT / path).read_text().splitlines()]
+    return {canonicalize_name(Requirement(line).name) for line in lines if line and not line.startswith("-")}
+
+
+CONTROLLER = "requirements/controller.txt"
+NODES = "roles/checkpoint/defaults/main.yml:checkpoint_hf_packages"   # staged for the nodes by the checkpoint role
+DEV = "requirements/dev.txt"
+
+
+def imports(paths: list[pathlib.Path]) -> dict[str, set[str]]:
+    """Top-level names imported by the Python files (stdlib, __future__ and this collection left out) -> files."""
+    found: dict[str, set[str]] = {}
+    for path in paths:
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            names = []
+            if isinstance(node, ast.Import):
+                names = [alias.name for alias in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+                names = [node.module]
+            for name in names:
+                if name.startswith("ansible_collections.dgxspark.vllm"):
+                    continue
+                top = name.split(".")[0]
+                if top not in sys.stdlib_module_names and top != "__future__":
+                    found.setdefault(top, set()).add(str(path.relative_to(ROOT)))
+    return found
+
+
+def collection_python() -> list[pathlib.Path]:
+    """The collection's Python: plugins and the programs roles ship to the nodes."""
+    return sorted(ROOT.glob("plugins/**/*.py")) + sorted(ROOT.glob("roles/*/files/*.py"))
+
+
+def test_python_files_of_the_collection_are_all_seen() -> None:
+    """Every program a role ships is Python with a .py name (else the import scan below would miss it)."""
+    for path in ROOT.glob("roles/*/files/*"):
+        if path.is_file() and path.read_text(errors="replace").startswith("#!") and "python" in \
+                path.read_text(errors="replace").splitlines()[0]:
+            assert path.suffix == ".py", path
+
+
+def providers() -> dict[str, set[str]]:
+    """Import name -> the installed distributions that provide it (canonical names)."""
+    return {name: {canonicalize_name(dist) for dist in dists}
+            for name, dists in importlib.metadata.packages_distributions().items()}
+
+
+def closure(names: set[str]) -> set[str]:
+    """The distributions and everything they require (as installed here; extras and other platforms left out)."""
+    seen: set[str] = set()
+    todo = list(names)
+    while todo:
+        name = todo.pop()
+        if name in seen:
+            continue
+        seen.add(name)
+        try:
+            requires = importlib.metadata.distribution(name).requires or []
+        except importlib.metadata.PackageNotFoundError:
+            continue
+        for line in requires:
+            requirement = Requirement(line)
+            if requirement.marker is None or requirement.marker.evaluate({"extra": ""}):
+                todo.append(canonicalize_name(requirement.name))
+    return seen
+
+
+def undeclared(found: dict[str, set[str]], declared: set[str]) -> list[str]:
+    by_name = providers()
+    return ["%s (imported by %s; provided by %s)" % (name, ", ".join(sorted(files)),
+                                                   ", ".join(sorted(by_name.get(name, ()))) or "nothing installed")
+            for name, files in sorted(found.items()) if not by_name.get(name, set()) & declared]
+
+
+def test_every_python_import_of_the_collection_is_declared() -> None:
+    """What plugins and role programs import comes from controller.txt (or what its entries require, e.g. PyYAML
+    through ansible-core) or, on the nodes, from the checkpoint role's checkpoint_hf_packages."""
+    declared = closure(requirement_names(CONTROLLER)) | closure(requirement_names(NODES))
+    missing = undeclared(imports(collection_python()), declared)
+    assert not missing, "imported but declared nowhere: %s" % "; ".join(missing)
+
+
+def test_every_python_requirement_of_the_collection_is_imported() -> None:
+    """Each entry of controller.txt and checkpoint_hf_packages is imported by the collection's own Python."""
+    by_name = providers()
+    imported = {dist for name in imports(collection_python()) for dist in by_name.get(name, set())}
+    for source in (CONTROLLER, NODES):
+        unused = requirement_names(source) - imported
+        assert not unused, "%s declares %s, which no plugin or role program imports" % (source, sorted(unused))
+
+
+def test_every_python_import_of_the_tests_is_a_development_requirement() -> None:
+    local = {path.stem for path in ROOT.glob("tests/**/*.py")} | {path.parent.name for path in ROOT.glob("tests/**/__init__.py")}
+    found = {name: files for name, files in imports(sorted(ROOT.glob("tests/**/*.py"))).items() if name not in local}
+    missing = undeclared(found, closure(requirement_names(DEV) | requirement_names(CONTROLLER)))
+    assert not missing, "the tests import what requirements/dev.txt does not bring: %s" % "; ".join(missing)
+
+
+def test_every_development_requirement_is_used() -> None:
+    """Each pin of dev.txt is imported (tests, plugins, the lab's Python), or is a command the tooling runs (bin/,
+    .ci/), or ships a collection galaxy.yml depends on (the `ansible` package: Galaxy is unreachable here)."""
+    python = sorted(ROOT.glob("tests/**/*.py")) + collection_python() + sorted(ROOT.glob("lab/**/*.py"))
+    by_name = providers()
+    imported = {dist for name in imports(python) for dist in by_name.get(name, set())}
+    tooling = "\n".join(path.read_text() for path in [*ROOT.glob("bin/*"), ROOT / ".ci" / "run"] if path.is_file())
+    commands = set(re.findall(r"(?:^|[\s;&|(`$])([a-z][a-z0-9_.-]*)", tooling, re.MULTILINE))
+    commands |= set(re.findall(r"-m\s+([a-z][a-z0-9_]*)", tooling))
+    dependencies = set(load("galaxy.yml")["dependencies"])
+    unused = []
+    for name in sorted(requirement_names(DEV) - requirement_names(CONTROLLER)):
+        try:
+            dist = importlib.metadata.distribution(name)
+        except importlib.metadata.PackageNotFoundError:
+            unused.append("%s (not installed)" % name)
+            continue
+        scripts = {entry.name for entry in dist.entry_points if entry.group == "console_scripts"}
+        modules = {top for top, dists in by_name.items() if name in dists}
+        shipped = {".".join(str(path).split("/")[1:3]) for path in dist.files or []
+                   if str(path).startswith("ansible_collections/") and str(path).endswith("/MANIFEST.json")}
+        if name in imported or scripts & commands or modules & commands or shipped & dependencies:
+            continue
+        unused.append(name)
+    assert not unused, "requirements/dev.txt pins what nothing imports or runs: %s" % unused
