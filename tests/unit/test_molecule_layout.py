@@ -1,7 +1,7 @@
 # Copyright: Contributors to the dgxspark.vllm collection
 # GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
 """The molecule scenarios share what they have in common instead of copying it: one base configuration
-(.config/molecule/config.yml: the lab, its inventory, create and destroy) and molecule/shared/ for the playbooks and
+(.config/molecule/config.yml: the lab, its inventory, create and destroy) and extensions/molecule/shared/ for the playbooks and
 task files more than one scenario runs."""
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from pathlib import Path
 import yaml
 
 ROOT = Path(__file__).resolve().parents[2]
-MOLECULE = ROOT / "molecule"
+MOLECULE = ROOT / "extensions" / "molecule"
 BASE = ROOT / ".config" / "molecule" / "config.yml"
 
 
@@ -53,6 +53,24 @@ def test_no_two_scenarios_carry_the_same_file():
             if path.name == "molecule.yml":
                 continue
             digest = hashlib.sha256(path.read_bytes()).hexdigest()
-            assert digest not in seen, "%s repeats %s: move it to molecule/shared/" % (
+            assert digest not in seen, "%s repeats %s: move it to extensions/molecule/shared/" % (
                 path.relative_to(ROOT), seen.get(digest))
             seen[digest] = path.relative_to(ROOT)
+
+
+def test_every_scenario_has_a_cleanup_that_bin_test_runs_after_a_failure():
+    """bin/test runs a failed scenario's cleanup at once (molecule cleanup -s NAME): each scenario has one, its own
+    cleanup.yml or a cleanup playbook named in its molecule.yml, and it tears down what the scenario may leave
+    serving (the shared teardown, playbooks/teardown.yml, or a cleanup of its own that runs it)."""
+    bin_test = (ROOT / "bin" / "test").read_text(encoding="utf-8")
+    assert 'molecule cleanup -s "$s"' in bin_test
+    for scenario in scenarios():
+        config = yaml.safe_load((scenario / "molecule.yml").read_text(encoding="utf-8"))
+        named = ((config.get("provisioner") or {}).get("playbooks") or {}).get("cleanup")
+        cleanup = (scenario / named).resolve() if named else scenario / "cleanup.yml"
+        assert cleanup.is_file(), "%s has no cleanup playbook: bin/test could not stop what it leaves" % scenario.name
+        text = cleanup.read_text(encoding="utf-8")
+        if scenario.name == "staging":     # it stages and serves nothing: its cleanup undoes its faults
+            continue
+        assert "playbooks/teardown.yml" in text, "%s: its cleanup (%s) does not tear the serve down" % (
+            scenario.name, cleanup.relative_to(ROOT))

@@ -419,7 +419,7 @@ def in_load_window(state_text: str, now: float, window: int) -> tuple:
     age = now - started
     if age < window:
         return True, "started %.0f s ago at %s (load window %d s)" % (age, parts[1], window)
-    return False, "serving for %.0f s (past the load window of %d s)" % (age, window)
+    return False, "serving since %s for %.0f s (past the load window of %d s)" % (parts[1], age, window)
 
 
 def running_start(state_text: str) -> str:

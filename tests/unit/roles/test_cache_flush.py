@@ -431,8 +431,8 @@ def test_parse_docker_time_unusable(text):
     ("true 2026-12-02T03:18:45.5Z\n", STARTED + 100.5, (True, "started 100 s ago at 2026-12-02T03:18:45.5Z (load window 3600 s)")),
     ("true 2026-12-02T03:18:45Z", STARTED, (True, "started 0 s ago at 2026-12-02T03:18:45Z (load window 3600 s)")),
     ("true 2026-12-02T03:18:45Z", STARTED + 3599.9, (True, "started 3600 s ago at 2026-12-02T03:18:45Z (load window 3600 s)")),
-    ("true 2026-12-02T03:18:45Z", STARTED + 3600, (False, "serving for 3600 s (past the load window of 3600 s)")),
-    ("true 2026-12-02T03:18:45Z", STARTED + 86400, (False, "serving for 86400 s (past the load window of 3600 s)")),
+    ("true 2026-12-02T03:18:45Z", STARTED + 3600, (False, "serving since 2026-12-02T03:18:45Z for 3600 s (past the load window of 3600 s)")),
+    ("true 2026-12-02T03:18:45Z", STARTED + 86400, (False, "serving since 2026-12-02T03:18:45Z for 86400 s (past the load window of 3600 s)")),
     ("false 2026-12-02T03:18:45Z", STARTED + 10, (False, "not running")),
     ("false 0001-01-01T00:00:00Z", STARTED + 10, (False, "not running")),
     ("", STARTED, (False, "not running")),                                  # docker inspect failed
@@ -553,7 +553,7 @@ def test_serve_in_follow_mode_acts_only_inside_the_load_window(monkeypatch, caps
     assert lines[0] == "<6>idle until the next start of vllm_x: not running"
     assert lines[1].startswith("<6>following vllm_x: started 10")
     assert lines[1].endswith(" s ago at %s (load window 3600 s)" % inside.split()[1])
-    assert lines[2].startswith("<6>idle until the next start of vllm_x: serving for 40")
+    assert lines[2].startswith("<6>idle until the next start of vllm_x: serving since %s for 40" % past.split()[1])
     assert lines[3].startswith("<6>following vllm_x: started ") and inside.split()[1] in lines[3]
     assert len(lines) == 4
 
