@@ -11,6 +11,10 @@ nothing else on the node is touched and removing it is one command) says:
 - the API port only from ``api_cidrs`` (default: the management networks of the inventory's nodes) and from the
   node itself;
 - everything arriving on the CX7 interface only from the other nodes' CX7 IPs (the master port, gloo, NCCL);
+- nothing for this node's CX7 addresses arriving on any other interface: Linux accepts a packet for any of its
+  addresses on any interface, so a host of the management LAN that routes the CX7 subnet through a node's
+  management address would otherwise reach every engine port bound to the CX7 address (vLLM's ZMQ and
+  torch.distributed ports, which speak serialized Python objects);
 - the master port from nowhere else (not from the management LAN).
 
 Everything else keeps the node's own policy: the table's chain accepts what it does not name, so SSH and the
@@ -44,6 +48,7 @@ class Rules:
     api_port: int
     master_port: int
     api_cidrs: tuple[str, ...]      # networks the API answers (IPv4 and IPv6)
+    own: tuple[str, ...] = ()       # this node's addresses on its CX7 interface (reached only over that interface)
 
 
 def _network(where: str, value: str) -> ipaddress.IPv4Network | ipaddress.IPv6Network:
@@ -73,8 +78,9 @@ def api_cidrs(given: Sequence[str] | None, management_networks: Sequence[str]) -
 
 
 def rules(cx7_iface: str, own_cx7_ip: str, cx7_ips: Sequence[str], api_port: int, master_port: int,
-          cidrs: Sequence[str]) -> Rules:
-    """One node's rules; raises FirewallError naming what is wrong."""
+          cidrs: Sequence[str], own_addresses: Sequence[str] = ()) -> Rules:
+    """One node's rules; raises FirewallError naming what is wrong. `own_addresses`: every address of the node's CX7
+    interface (its CX7 IP is always one of them)."""
     if not isinstance(cx7_iface, str) or not _IFACE.match(cx7_iface):
         raise FirewallError(f"the CX7 interface {cx7_iface!r} is not an interface name")
     for name, port in (("dgxspark_vllm_port", api_port), ("dgxspark_vllm_master_port", master_port)):
@@ -92,7 +98,12 @@ def rules(cx7_iface: str, own_cx7_ip: str, cx7_ips: Sequence[str], api_port: int
         raise FirewallError(f"no other node's CX7 IP besides {own}: the ranks could not reach each other")
     for cidr in cidrs:
         _network("dgxspark_vllm_api_allowed_cidrs", cidr)
-    return Rules(cx7_iface, tuple(peers), api_port, master_port, tuple(cidrs))
+    mine = [own]
+    for address in own_addresses:
+        text = str(ipaddress.ip_address(address))
+        if text not in mine:
+            mine.append(text)
+    return Rules(cx7_iface, tuple(peers), api_port, master_port, tuple(cidrs), tuple(mine))
 
 
 def _elements(values: Sequence[str]) -> str:
@@ -105,6 +116,8 @@ def ruleset(r: Rules, table: str = TABLE) -> str:
     v6 = [c for c in r.api_cidrs if ipaddress.ip_network(c).version == 6]
     peers4 = [p for p in r.peers if ipaddress.ip_address(p).version == 4]
     peers6 = [p for p in r.peers if ipaddress.ip_address(p).version == 6]
+    own4 = [a for a in r.own if ipaddress.ip_address(a).version == 4]
+    own6 = [a for a in r.own if ipaddress.ip_address(a).version == 6]
     lines = [
         "# Written by the dgxspark.vllm collection (role firewall): who may reach the serve ports of this node.",
         f"table inet {table}",
@@ -113,7 +126,8 @@ def ruleset(r: Rules, table: str = TABLE) -> str:
     ]
     for name, kind, values, interval in (("api_allowed4", "ipv4_addr", v4, True), ("api_allowed6", "ipv6_addr", v6, True),
                                          ("cx7_peers4", "ipv4_addr", peers4, False),
-                                         ("cx7_peers6", "ipv6_addr", peers6, False)):
+                                         ("cx7_peers6", "ipv6_addr", peers6, False),
+                                         ("cx7_own4", "ipv4_addr", own4, False), ("cx7_own6", "ipv6_addr", own6, False)):
         lines.append(f"  set {name} {{")
         lines.append(f"    type {kind}")
         if interval:
@@ -130,6 +144,8 @@ def ruleset(r: Rules, table: str = TABLE) -> str:
         f'    iifname "{r.cx7_iface}" ct state established,related accept comment "answers to this node"',
         f'    iifname "{r.cx7_iface}" icmpv6 type {{ nd-neighbor-solicit, nd-neighbor-advert }} accept',
         f'    iifname "{r.cx7_iface}" counter drop comment "nothing else on the CX7 link"',
+        f'    iifname != "{r.cx7_iface}" ip daddr @cx7_own4 counter drop comment "the CX7 addresses off the CX7 link"',
+        f'    iifname != "{r.cx7_iface}" ip6 daddr @cx7_own6 counter drop comment "the CX7 addresses off the CX7 link"',
         f'    tcp dport {r.api_port} ip saddr @api_allowed4 accept comment "the API"',
         f'    tcp dport {r.api_port} ip6 saddr @api_allowed6 accept comment "the API"',
         f'    tcp dport {{ {r.api_port}, {r.master_port} }} counter reject with tcp reset '
@@ -214,8 +230,9 @@ def plan(config: dict, addresses: dict, reached: dict) -> dict:
     cx7_ips = [str(nodes[host]["cx7_ip"]) for host in hosts]
     out = {}
     for host in hosts:
+        on_cx7 = [local for iface, local, _prefix in _addresses(addresses.get(host)) if iface == ifaces[host]]
         r = rules(ifaces[host], str(nodes[host]["cx7_ip"]), cx7_ips, int(config["port"]), int(config["master_port"]),
-                  cidrs)
+                  cidrs, on_cx7)
         out[host] = {"ruleset": ruleset(r), "cx7_iface": ifaces[host], "peers": list(r.peers)}
     return {"nodes": out, "api_cidrs": cidrs,
             "source": "dgxspark_vllm_api_allowed_cidrs" if given_cidrs else "the management networks of the nodes"}

@@ -67,7 +67,7 @@ def test_the_ruleset_replaces_its_own_table_and_names_every_rule():
     assert lines[1:4] == ["table inet dgxspark", "delete table inet dgxspark", "table inet dgxspark {"]
     assert "elements = { 10.77.0.0/24 }" in lines and "elements = { 10.77.1.12 }" in lines
     chain = lines[lines.index("chain input {") + 1:]
-    assert chain[:8] == [
+    assert chain[:10] == [
         "type filter hook input priority filter - 10; policy accept;",
         'iifname "lo" accept',
         'iifname "enp1s0f1np1" ip saddr @cx7_peers4 accept comment "the other ranks"',
@@ -75,8 +75,11 @@ def test_the_ruleset_replaces_its_own_table_and_names_every_rule():
         'iifname "enp1s0f1np1" ct state established,related accept comment "answers to this node"',
         'iifname "enp1s0f1np1" icmpv6 type { nd-neighbor-solicit, nd-neighbor-advert } accept',
         'iifname "enp1s0f1np1" counter drop comment "nothing else on the CX7 link"',
+        'iifname != "enp1s0f1np1" ip daddr @cx7_own4 counter drop comment "the CX7 addresses off the CX7 link"',
+        'iifname != "enp1s0f1np1" ip6 daddr @cx7_own6 counter drop comment "the CX7 addresses off the CX7 link"',
         'tcp dport 8000 ip saddr @api_allowed4 accept comment "the API"',
     ]
+    assert "set cx7_own4 {\n    type ipv4_addr\n    elements = { 10.77.1.11 }" in text
     assert ('tcp dport { 8000, 29521 } counter reject with tcp reset comment "the API from elsewhere, the master port '
             'off the CX7 link"') in chain
 
@@ -89,6 +92,15 @@ def test_ipv6_networks_and_peers_go_to_their_own_sets():
     assert "set cx7_peers4 {\n    type ipv4_addr\n  }" in sets       # an empty set has no elements line
 
 
+def test_every_address_of_the_cx7_port_is_reached_only_over_it():
+    # a LAN host routing the CX7 subnet through the management address must not reach the engine's ports on them
+    r = _rules(own_addresses=["10.77.1.11", "10.77.1.99", "fe80::1", "fd01::11"])
+    assert r.own == ("10.77.1.11", "10.77.1.99", "fe80::1", "fd01::11")
+    sets = ruleset(r).split("chain input", maxsplit=1)[0]
+    assert "set cx7_own4 {\n    type ipv4_addr\n    elements = { 10.77.1.11, 10.77.1.99 }" in sets
+    assert "set cx7_own6 {\n    type ipv6_addr\n    elements = { fe80::1, fd01::11 }" in sets
+
+
 def _nft_check(text: str) -> subprocess.CompletedProcess:
     return subprocess.run(["unshare", "-rn", "nft", "-c", "-f", "-"], input=text, capture_output=True, text=True,
                           check=False)
@@ -97,7 +109,7 @@ def _nft_check(text: str) -> subprocess.CompletedProcess:
 @pytest.mark.skipif(not shutil.which("nft") or not shutil.which("unshare"), reason="nft or unshare not installed")
 def test_nft_accepts_the_ruleset_and_refuses_a_broken_one():
     # nft's own parser, in a private network namespace (nothing on this machine is touched)
-    ok = _nft_check(ruleset(_rules(cidrs=("10.77.0.0/24", "fd00::/64"))))
+    ok = _nft_check(ruleset(_rules(cidrs=("10.77.0.0/24", "fd00::/64"), own_addresses=["fd01::11"])))
     if "Operation not permitted" in ok.stderr:
         pytest.skip("no user namespaces here: " + ok.stderr.strip())
     assert ok.returncode == 0, ok.stderr
@@ -133,6 +145,9 @@ def test_the_plan_finds_each_cx7_port_and_defaults_the_api_to_the_management_net
     assert result["api_cidrs"] == ["10.77.0.0/24"] and result["source"] == "the management networks of the nodes"
     head, worker = result["nodes"]["lab-head"], result["nodes"]["lab-worker"]
     assert (head["cx7_iface"], head["peers"]) == ("enp1s0f1np1", ["10.77.1.12"])
+    # the CX7 port's addresses only (not the management, docker0 or loopback ones) are kept to that port
+    assert "set cx7_own4 {\n    type ipv4_addr\n    elements = { 10.77.1.11 }" in head["ruleset"]
+    assert "set cx7_own4 {\n    type ipv4_addr\n    elements = { 10.77.1.12 }" in worker["ruleset"]
     assert (worker["cx7_iface"], worker["peers"]) == ("enP2p1s0f1np1", ["10.77.1.11"])
     assert 'iifname "enP2p1s0f1np1" counter drop' in worker["ruleset"]
     assert "elements = { 10.77.0.0/24 }" in head["ruleset"]
