@@ -603,8 +603,10 @@ def _check_render(profile: Profile, settings: dict[str, Any], nodes: Mapping[str
         # the render names its own options (settings.x, nodes[].x): name the inventory's variables instead
         for problem in _examples_for(exc, name):
             problem = re.sub(r"nodes\[\]\.(\w+)", lambda match: f"{PREFIX}{match.group(1)} (per host)", problem)
-            problem = re.sub(r"settings\.(\w+)", lambda match: name(match.group(1)) if match.group(1) in RENDER_KEYS
-                             else match.group(0), problem)
+            # the render's own "settings.x" only, not one a name() already made ("dgxspark_vllm_settings.x")
+            problem = re.sub(r"(?<![\w.])settings\.(\w+)",
+                             lambda match: name(match.group(1)) if match.group(1) in RENDER_KEYS else match.group(0),
+                             problem)
             problem = problem.replace(f"{name('remove_env')}", "dgxspark_vllm_settings.remove_env").replace(
                 f"{name('remove_args')}", "dgxspark_vllm_settings.remove_args")
             problems.append(problem)

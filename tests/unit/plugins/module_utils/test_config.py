@@ -374,3 +374,10 @@ def test_bad_api_networks_are_named_before_anything_runs() -> None:
         "(e.g. dgxspark_vllm_api_allowed_cidrs: [192.168.1.0/24])"]
     assert problems(inputs({"firewall": "maybe"})) == [
         "dgxspark_vllm_firewall must be true or false, got 'maybe' (e.g. dgxspark_vllm_firewall: true)"]
+
+
+def test_a_setting_given_in_dgxspark_vllm_settings_is_named_once() -> None:
+    # the render's message names settings.master_addr; the inventory's name for it carries the prefix once
+    found = problems(inputs({"settings": {"master_addr": "192.168.100.99"}}))
+    assert found == ["dgxspark_vllm_settings.master_addr 192.168.100.99 is not the head's cx7_ip (spark-a: "
+                     "192.168.100.11); leave it unset or make it the head's cx7_ip"]
