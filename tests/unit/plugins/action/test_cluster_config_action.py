@@ -62,9 +62,20 @@ def run(tmp_path: Path, group: dict[str, Any] | None = None, host_vars: dict[str
         argv.append(verbosity)
     if limit:
         argv += ["--limit", limit]
-    env = dict(os.environ, ANSIBLE_CONFIG=str(ROOT / "ansible.cfg"), ANSIBLE_NOCOLOR="1",
-               ANSIBLE_LOCAL_TEMP=str(tmp_path / "tmp"), ANSIBLE_CONNECTION="local")
-    return subprocess.run(argv, cwd=ROOT, env=env, capture_output=True, text=True, timeout=120, check=False)
+    return subprocess.run(argv, cwd=ROOT, env=ansible_env(tmp_path), capture_output=True, text=True, timeout=120,
+                          check=False)
+
+
+def ansible_env(tmp_path: Path) -> dict[str, str]:
+    """Where ansible-playbook finds dgxspark.vllm: a checkout's ansible.cfg (its collections path links back to the
+    checkout), or the collections path the built collection is installed in."""
+    env = dict(os.environ, ANSIBLE_NOCOLOR="1", ANSIBLE_LOCAL_TEMP=str(tmp_path / "tmp"), ANSIBLE_CONNECTION="local")
+    if (ROOT / "ansible.cfg").is_file():
+        env["ANSIBLE_CONFIG"] = str(ROOT / "ansible.cfg")
+    else:
+        env.pop("ANSIBLE_CONFIG", None)
+        env["ANSIBLE_COLLECTIONS_PATH"] = str(ROOT.parents[2])
+    return env
 
 
 def facts(tmp_path: Path, hosts: tuple[str, ...] = ("spark-a", "spark-b")) -> dict[str, Any]:
@@ -175,9 +186,8 @@ def test_the_example_pairs_inventory_serves_two_models(tmp_path: Path, limit: st
     argv = [os.path.join(os.path.dirname(sys.executable), "ansible-playbook"), "-i",
             str(ROOT / "inventories" / "example_pairs"), str(playbook), "--limit", limit,
             "-e", '{"ansible_become": false}']
-    env = dict(os.environ, ANSIBLE_CONFIG=str(ROOT / "ansible.cfg"), ANSIBLE_NOCOLOR="1",
-               ANSIBLE_LOCAL_TEMP=str(tmp_path / "tmp"), ANSIBLE_CONNECTION="local")
-    result = subprocess.run(argv, cwd=ROOT, env=env, capture_output=True, text=True, timeout=120, check=False)
+    result = subprocess.run(argv, cwd=ROOT, env=ansible_env(tmp_path), capture_output=True, text=True, timeout=120,
+                            check=False)
     assert result.returncode == 0, result.stdout + result.stderr
     config = json.loads((out / f"{head}.json").read_text())
     assert (config["cluster"], config["head"], config["served_model_name"], config["cx7_subnet"]) == (
