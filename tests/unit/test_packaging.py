@@ -16,6 +16,7 @@ import yaml
 from packaging.requirements import Requirement
 from packaging.specifiers import SpecifierSet
 from packaging.utils import canonicalize_name
+from packaging.version import Version
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 
@@ -108,6 +109,43 @@ def test_execution_environment_matches_the_collection_and_the_pins() -> None:
     steps = " ".join(ee["additional_build_steps"]["append_final"])
     for package in hf_packages:
         assert re.search(r"\s%s(\s|$)" % re.escape(package), steps), "%s is not baked into the EE" % package
+
+
+# --------------------------------------------------------------------------- version policy (README, "Release notes")
+
+# fragment sections that need at least a minor bump: new features, changed or removed behaviour
+_FEATURE_SECTIONS = {"major_changes", "minor_changes", "breaking_changes", "deprecated_features", "removed_features"}
+
+
+def pending_fragments() -> dict[str, set[str]]:
+    """changelogs/fragments/*.yml not released yet -> their sections."""
+    return {path.name: set(yaml.safe_load(path.read_text()) or {})
+            for path in sorted((ROOT / "changelogs" / "fragments").glob("*.y*ml"))}
+
+
+def test_the_version_is_the_next_release_while_changes_are_pending() -> None:
+    """galaxy.yml's version names the release the pending fragments go into: never one already released (its
+    changes would ship under the old number), at least a minor bump over the latest release while a fragment adds or
+    changes behaviour, at least a patch bump for fixes only."""
+    version = Version(load("galaxy.yml")["version"])
+    releases = load("changelogs/changelog.yaml")["releases"]
+    released = sorted(Version(name) for name in releases)
+    latest = released[-1]
+    pending = pending_fragments()
+    if not pending:
+        assert version >= latest, "galaxy.yml's version %s is older than the release %s" % (version, latest)
+        return
+    names = ", ".join(sorted(pending))
+    assert str(version) not in releases and version not in released, (
+        "galaxy.yml's version %s was released on %s, and %d fragment(s) are pending (%s): bump galaxy.yml's "
+        "version to the next release's" % (version, releases.get(str(version), {}).get("release_date", "?"),
+                                          len(pending), names))
+    assert version > latest, "galaxy.yml's version %s is older than the release %s" % (version, latest)
+    features = sorted(name for name, sections in pending.items() if sections & _FEATURE_SECTIONS)
+    if features:
+        assert version.release[:2] > latest.release[:2], (
+            "fragments %s add or change behaviour: galaxy.yml's version %s must be at least %d.%d.0 (a minor bump "
+            "over %s)" % (features, version, latest.major, latest.minor + 1, latest))
 
 
 def test_copying_is_the_gpl3_the_collection_declares() -> None:
