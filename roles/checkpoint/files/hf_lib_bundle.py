@@ -7,6 +7,11 @@ into a folder, which is archived for the nodes to unpack. Runs of several cluste
 whole build holds a lock (``<build dir>/.lock``), and the folder and the archive are written under temporary names
 and renamed, so a reader never sees half of either (nor what a killed run left). Prints one JSON line:
 ``{"changed": bool, "archive": path}``; on failure, pip's error and exit status 1.
+
+What is built here is unpacked on the nodes and run by root, so the build folder must be the running user's alone:
+by default ``$XDG_CACHE_HOME/dgxspark.vllm/hf-lib`` (``~/.cache/...``), created 0700; a given or existing folder that is
+a symlink, belongs to someone else or is open to the group or others is refused (exit status 2) with the path and
+the fix, before anything in it is read. The lock file is opened without following a symlink.
 """
 from __future__ import annotations
 
@@ -15,12 +20,51 @@ import fcntl
 import json
 import os
 import shutil
+import stat
 import subprocess
 import sys
 import tarfile
 import tempfile
 
 PLATFORMS = ("manylinux2014", "manylinux_2_28", "manylinux_2_34")
+
+
+class UnsafeBuildDir(Exception):
+    """The build folder is not the running user's alone; the message names the path and the fix."""
+
+
+def default_build_dir(environ: dict | None = None) -> str:
+    """The running user's own cache folder for the build."""
+    env = os.environ if environ is None else environ
+    cache = env.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return os.path.join(cache, "dgxspark.vllm", "hf-lib")
+
+
+def private_dir(path: str) -> str:
+    """Create `path` (missing levels 0700) or check it: a real folder (not a symlink), owned by the running user,
+    writable by nobody else and readable by nobody else. Returns the absolute path; raises UnsafeBuildDir."""
+    path = os.path.abspath(path)
+    if not os.path.lexists(path):
+        previous = os.umask(0o077)     # every missing level 0700, not only the last (makedirs' mode)
+        try:
+            os.makedirs(path, mode=0o700, exist_ok=True)
+        finally:
+            os.umask(previous)
+    info = os.lstat(path)
+    fix = (f"remove it, or set checkpoint_hf_build_dir to a folder of your own (mode 0700); the default is "
+           f"{default_build_dir()}")
+    if stat.S_ISLNK(info.st_mode):
+        raise UnsafeBuildDir(f"{path} is a symlink (to {os.readlink(path)}): the build folder must be a real folder; "
+                             + fix)
+    if not stat.S_ISDIR(info.st_mode):
+        raise UnsafeBuildDir(f"{path} is not a folder; " + fix)
+    if info.st_uid != os.geteuid():
+        raise UnsafeBuildDir(f"{path} belongs to uid {info.st_uid}, not to this user (uid {os.geteuid()}): whoever "
+                             "owns it decides what the nodes run as root; " + fix)
+    if info.st_mode & 0o077:
+        raise UnsafeBuildDir(f"{path} has mode {stat.S_IMODE(info.st_mode):04o}: others could change what the nodes "
+                             f"run as root; chmod 0700 {path}, or " + fix)
+    return path
 
 
 def build(build_dir: str, key: str, python_version: str, arch: str, packages: list[str]) -> bool:
@@ -58,22 +102,32 @@ def build(build_dir: str, key: str, python_version: str, arch: str, packages: li
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--build-dir", required=True)
+    parser.add_argument("--build-dir", default="", help="default: the running user's " + default_build_dir())
     parser.add_argument("--key", required=True)
     parser.add_argument("--python-version", required=True)
     parser.add_argument("--arch", required=True)
     parser.add_argument("packages", nargs="+")
     args = parser.parse_args()
-    os.makedirs(args.build_dir, exist_ok=True)
-    with open(os.path.join(args.build_dir, ".lock"), "w", encoding="utf-8") as lock:
+    try:
+        build_dir = private_dir(args.build_dir or default_build_dir())
+    except UnsafeBuildDir as exc:
+        print(f"refusing the build folder: {exc}", file=sys.stderr)
+        return 2
+    try:
+        fd = os.open(os.path.join(build_dir, ".lock"), os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+    except OSError as exc:
+        print(f"refusing the build folder: its lock {os.path.join(build_dir, '.lock')} cannot be opened as a file of "
+              f"its own ({exc.strerror}: a symlink is refused)", file=sys.stderr)
+        return 2
+    with os.fdopen(fd, "w", encoding="utf-8") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         try:
-            changed = build(args.build_dir, args.key, args.python_version, args.arch, args.packages)
+            changed = build(build_dir, args.key, args.python_version, args.arch, args.packages)
         except subprocess.CalledProcessError as exc:
             print(f"pip could not install {' '.join(args.packages)} for Python {args.python_version} on {args.arch} "
                   f"(exit status {exc.returncode}; its error is above)", file=sys.stderr)
             return 1
-    print(json.dumps({"changed": changed, "archive": os.path.join(args.build_dir, f"{args.key}.tar.gz")}))
+    print(json.dumps({"changed": changed, "archive": os.path.join(build_dir, f"{args.key}.tar.gz")}))
     return 0
 
 

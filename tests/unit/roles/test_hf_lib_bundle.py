@@ -5,6 +5,8 @@ once per key, under a lock, renamed into place (runs of several clusters build a
 from __future__ import annotations
 
 import fcntl
+import os
+import stat
 import json
 import subprocess
 import sys
@@ -72,3 +74,75 @@ def test_a_pip_failure_is_named_and_leaves_nothing(tmp_path: Path) -> None:
     assert run.returncode == 1
     assert "pip could not install --no-such-pip-option for Python 3.11 on aarch64" in run.stderr
     assert sorted(path.name for path in tmp_path.iterdir()) == [".lock"]
+
+
+# The build folder is unpacked on the nodes and run by root: it must be the running user's alone.
+
+def run_script(*args: str, env: dict | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, str(SCRIPT), *args, "--key", KEY, "--python-version", "3.11",
+                           "--arch", "aarch64", "huggingface_hub==0.36.0"],
+                          capture_output=True, text=True, timeout=60, check=False, env=env)
+
+
+def test_the_default_folder_is_the_users_cache_created_private(tmp_path: Path) -> None:
+    cache = tmp_path / "cache"
+    folder(cache / "dgxspark.vllm" / "hf-lib")      # built already: no pip needed
+    (cache / "dgxspark.vllm").chmod(0o700)
+    (cache / "dgxspark.vllm" / "hf-lib").chmod(0o700)
+    env = {"PATH": os.environ.get("PATH", ""), "HOME": str(tmp_path), "XDG_CACHE_HOME": str(cache)}
+    run = run_script(env=env)
+    assert run.returncode == 0, run.stderr
+    assert json.loads(run.stdout)["archive"] == str(cache / "dgxspark.vllm" / "hf-lib" / f"{KEY}.tar.gz")
+    fresh = tmp_path / "fresh"
+    run = run_script(env={**env, "XDG_CACHE_HOME": str(fresh)})
+    # no pip wheel for the fake key's packages is needed to see the folder made: it exists, 0700, before pip runs
+    assert stat.S_IMODE((fresh / "dgxspark.vllm" / "hf-lib").stat().st_mode) == 0o700
+    assert stat.S_IMODE((fresh / "dgxspark.vllm").stat().st_mode) == 0o700
+
+
+def test_a_symlinked_build_folder_is_refused_and_nothing_in_it_is_read(tmp_path: Path) -> None:
+    planted = tmp_path / "planted"
+    folder(planted)
+    planted.chmod(0o700)
+    link = tmp_path / "build"
+    link.symlink_to(planted)
+    run = run_script("--build-dir", str(link))
+    assert run.returncode == 2
+    assert f"refusing the build folder: {link} is a symlink (to {planted})" in run.stderr
+    assert not (planted / f"{KEY}.tar.gz").exists() and not (planted / ".lock").exists()
+
+
+def test_a_build_folder_open_to_others_is_refused_naming_the_fix(tmp_path: Path) -> None:
+    build = tmp_path / "build"
+    folder(build)
+    build.chmod(0o777)
+    run = run_script("--build-dir", str(build))
+    assert run.returncode == 2
+    assert f"{build} has mode 0777: others could change what the nodes run as root; chmod 0700 {build}" in run.stderr
+    assert not (build / f"{KEY}.tar.gz").exists()
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="giving a folder to another user needs root")
+def test_a_build_folder_of_another_user_is_refused(tmp_path: Path) -> None:
+    build = tmp_path / "build"
+    folder(build)
+    build.chmod(0o700)
+    os.chown(build, 65534, 65534)
+    run = run_script("--build-dir", str(build))
+    assert run.returncode == 2
+    assert f"{build} belongs to uid 65534, not to this user (uid 0)" in run.stderr
+    assert not (build / f"{KEY}.tar.gz").exists()
+
+
+def test_a_planted_lock_symlink_is_not_followed(tmp_path: Path) -> None:
+    build = tmp_path / "build"
+    folder(build)
+    build.chmod(0o700)
+    victim = tmp_path / "victim"
+    victim.write_text("root's file\n")
+    (build / ".lock").symlink_to(victim)
+    run = run_script("--build-dir", str(build))
+    assert run.returncode == 2
+    assert "its lock" in run.stderr and "a symlink is refused" in run.stderr
+    assert victim.read_text() == "root's file\n"
+    assert not (build / f"{KEY}.tar.gz").exists()
