@@ -13,7 +13,9 @@ same after a reboot.
 from __future__ import annotations
 
 import hashlib
+import ipaddress
 import json
+import re
 import time
 from dataclasses import asdict, dataclass, field
 from typing import Any
@@ -473,6 +475,24 @@ def ssh_alias(host: str) -> str:
     return "dgxspark-guard-" + "".join(ch if ch.isalnum() or ch in "-." else "-" for ch in host)
 
 
+_HOST_LABEL = re.compile(r"^(?!-)[A-Za-z0-9_-]{1,63}(?<!-)$")   # underscores: names /etc/hosts may give
+
+
+def management_address_problem(host: str, address: str) -> str | None:
+    """Why `address` (a worker's ansible_host) cannot go into the guard's ssh_config as its HostName, or None: it
+    must be an IP address or a DNS host name (a newline, a space or a quote would add a directive of its own)."""
+    try:
+        ipaddress.ip_address(address)
+        return None
+    except ValueError:
+        pass
+    name = address[:-1] if address.endswith(".") else address
+    if 0 < len(name) <= 253 and all(_HOST_LABEL.match(label) for label in name.split(".")):
+        return None
+    return (f"worker {host}: its ansible_host {address!r} is neither an IP address nor a host name, so it cannot be "
+            "the guard's HostName (set ansible_host to the worker's management address or DNS name)")
+
+
 def build_document(cluster: dict[str, Any], addresses: dict[str, str], tunables: dict[str, Any], state_path: str,
                    maintenance_path: str) -> dict[str, Any]:
     """The guard's configuration document from the resolved cluster configuration (dgxspark_vllm_config), each
@@ -481,6 +501,8 @@ def build_document(cluster: dict[str, Any], addresses: dict[str, str], tunables:
     workers = list(cluster.get("workers") or [])
     problems += [f"no management address for worker {host} (its ansible_host)" for host in workers
                  if not addresses.get(host)]
+    problems += [problem for host in workers if addresses.get(host)
+                 for problem in [management_address_problem(host, str(addresses[host]))] if problem]
     if problems:
         raise GuardConfigError(problems)
     nodes = cluster["nodes"]

@@ -501,6 +501,22 @@ def test_build_document_unknown_tunable_and_missing_address():
     assert info.value.problems[1] == "no management address for worker spark_2.lab (its ansible_host)"
 
 
+@pytest.mark.parametrize("address", ["192.168.1.12", "fd00::12", "spark-2.lab", "spark-2.lab.", "SPARK2",
+                                     "spark_2.lab"])
+def test_a_worker_address_is_an_ip_or_a_host_name(address):
+    assert G.management_address_problem("spark_2.lab", address) is None
+
+
+@pytest.mark.parametrize("address", ["192.168.1.12\n  ProxyCommand sh -c id", "spark 2", "spark\"2", "-oProxyCommand=x",
+                                     "a..b", "x" * 64 + ".lab", "host%name"])
+def test_an_address_that_would_add_to_the_ssh_config_is_refused(address):
+    with pytest.raises(G.GuardConfigError) as info:
+        G.build_document(CLUSTER, dict(ADDRESSES, **{"spark_2.lab": address}), {}, "/s", "/m")
+    assert info.value.problems == [
+        f"worker spark_2.lab: its ansible_host {address!r} is neither an IP address nor a host name, so it cannot be "
+        "the guard's HostName (set ansible_host to the worker's management address or DNS name)"]
+
+
 def test_build_document_checks_the_tunables_values():
     with pytest.raises(G.GuardConfigError, match="backoff_max_seconds must not be below backoff_seconds"):
         G.build_document(CLUSTER, ADDRESSES, {"backoff_seconds": 60, "backoff_max_seconds": 30}, "/s", "/m")
