@@ -10,6 +10,7 @@ fact, or fails listing every problem.
 """
 from __future__ import annotations
 
+import os
 from typing import Any
 
 from ansible_collections.dgxspark.vllm.plugins.module_utils._config import (
@@ -18,6 +19,7 @@ from ansible_collections.dgxspark.vllm.plugins.module_utils._config import (
     PREFIX,
     ConfigError,
     Inputs,
+    checked_for_placeholders,
     describe_sources,
     parse_bool,
     resolve,
@@ -30,6 +32,8 @@ from ansible_collections.dgxspark.vllm.plugins.plugin_utils._controller_action i
 )
 from ansible_collections.dgxspark.vllm.plugins.plugin_utils._profile_files import ProfileFileError, builtin_profile_data
 
+# The collection's roles: their public variables (<role>_*) are checked for the example inventory's placeholders.
+ROLES_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), "roles")
 # The dgxspark_vllm role's only defaults (the secrets, read directly by tasks): not a value a play gives.
 SECRET_DEFAULTS = frozenset({"dgxspark_vllm_api_key", "dgxspark_vllm_hf_token"})
 
@@ -49,6 +53,22 @@ class ActionModule(ControllerAction):
                 out[name] = plain(hostvars[host][name])
             except Exception as exc:  # noqa: BLE001 - any templating error is reported with its variable
                 problems.append(f"{name} of {host} cannot be templated: {exc}")
+        return out
+
+    def _checked(self, hostvars: Any, host: str, roles: list[str]) -> dict[str, Any]:
+        """The host's connection and role variables as the inventory gives them (untemplated: a lookup in one is not
+        run, a vaulted value not decrypted), for the placeholder check; and its name."""
+        try:
+            raw = hostvars.raw_get(host)
+            names = [name for name in raw if checked_for_placeholders(name, roles)]
+        except Exception:  # noqa: BLE001 - no raw view of the host: only the dgxspark_vllm_* variables are checked
+            return {"inventory_hostname": host}
+        out: dict[str, Any] = {"inventory_hostname": host}
+        for name in names:
+            try:
+                out[name] = plain(raw[name])
+            except Exception:  # noqa: BLE001 - a value that cannot be read as data is not a placeholder
+                continue
         return out
 
     def run_task(self, params: dict[str, Any], check_mode: bool, diff: bool) -> dict[str, Any]:
@@ -91,6 +111,11 @@ class ActionModule(ControllerAction):
                 continue   # the dgxspark_vllm role's default, below every inventory value
             for host in read:
                 read[host][name] = value
+        try:
+            roles = sorted(name for name in os.listdir(ROLES_DIR) if os.path.isdir(os.path.join(ROLES_DIR, name)))
+        except OSError:
+            roles = []
+        checked = {host: self._checked(hostvars, host, roles) for host in read}
         extra: dict[str, Any] = {}
         if head:
             extra = self._read(hostvars, head[0], [name for name in ("ansible_user", "checkpoint_allow_denylisted")
@@ -98,7 +123,7 @@ class ActionModule(ControllerAction):
         try:
             builtin = builtin_profile_data()
             inputs = Inputs(hostvars=read, head=head, workers=workers, builtin_profiles=builtin, cluster=cluster.name,
-                            ansible_user=extra.get("ansible_user"),
+                            ansible_user=extra.get("ansible_user"), checked_vars=checked,
                             allow_denylisted=parse_bool(str(extra.get("checkpoint_allow_denylisted", False))) is True)
             if problems:
                 raise ConfigError(problems)

@@ -14,11 +14,12 @@ import difflib
 import ipaddress
 import re
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from ansible_collections.dgxspark.vllm.plugins.module_utils import _kit
 from ansible_collections.dgxspark.vllm.plugins.module_utils import _manifest
+from ansible_collections.dgxspark.vllm.plugins.module_utils import _placeholders
 from ansible_collections.dgxspark.vllm.plugins.module_utils._profiles import (
     DEFAULT_PROFILE,
     UNSET_DEFAULTS,
@@ -141,6 +142,9 @@ class Inputs:
     ansible_user: str | None = None
     allow_denylisted: bool = False
     cluster: str = ""      # the cluster's group when the inventory declares dgxspark_vllm_clusters, else ""
+    # per host, the other variables the example inventory's placeholders may be left in (connection and role
+    # variables, as the inventory gives them), checked with the dgxspark_vllm_* ones
+    checked_vars: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -255,6 +259,38 @@ def _check_groups(inputs: Inputs, problems: list[str]) -> None:
     both = sorted(set(inputs.head) & set(inputs.workers))
     if both:
         problems.append(f"{', '.join(both)} is in both spark_head and spark_workers: a host is the head or a worker")
+
+
+_SECRET_NAME = re.compile(r"pass(?:word|phrase)|token|secret|api_key", re.IGNORECASE)
+# Besides dgxspark_vllm_*: where the example inventory (and a user filling it in) puts values of its own.
+CONNECTION_VARIABLES = frozenset({"inventory_hostname", "ansible_host", "ansible_port", "ansible_user",
+                                  "ansible_become_user", "ansible_ssh_host", "ansible_ssh_port", "ansible_ssh_user",
+                                  "ansible_ssh_private_key_file", "ansible_python_interpreter"})
+# The operations role's older variable names (README, "What site.yml does")
+_OLDER_PREFIXES = ("logs_", "teardown_", "benchmark_")
+
+
+def checked_for_placeholders(name: str, roles: Sequence[str]) -> bool:
+    """Whether the placeholder check reads a variable: connection variables and every role's public variables
+    (``<role>_*``; facts and Ansible's own variables are not inventory input)."""
+    return name in CONNECTION_VARIABLES or name.startswith(PREFIX) or name.startswith(_OLDER_PREFIXES) or \
+        any(name.startswith(role + "_") for role in roles)
+
+
+def is_secret(name: str) -> bool:
+    """A variable whose value is never shown: the collection's secrets, and any name that says it holds one."""
+    return (name.startswith(PREFIX) and VARIABLES.get(name[len(PREFIX):], Variable(name)).kind == "secret") or \
+        bool(_SECRET_NAME.search(name))
+
+
+def _check_placeholders(inputs: Inputs, problems: list[str]) -> None:
+    """The example inventory's placeholders (<YOUR_USER>, its documentation addresses) left in any host's variables."""
+    values = {}
+    for host in _hosts(inputs):
+        own = {name: value for name, value in inputs.hostvars.get(host, {}).items() if name.startswith(PREFIX)}
+        values[host] = {**inputs.checked_vars.get(host, {}), **own}
+    secrets = {name for host_values in values.values() for name in host_values if is_secret(name)}
+    problems.extend(_placeholders.describe(_placeholders.find_placeholders(values, secrets)))
 
 
 def _check_names(inputs: Inputs, problems: list[str]) -> None:
@@ -381,6 +417,7 @@ def _examples() -> dict[str, str]:
 def resolve(inputs: Inputs) -> dict[str, Any]:
     """The configuration fact, or ConfigError with every problem."""
     problems: list[str] = []
+    _check_placeholders(inputs, problems)
     _check_groups(inputs, problems)
     _check_names(inputs, problems)
     _check_same(inputs, problems)

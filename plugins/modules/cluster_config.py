@@ -14,7 +14,10 @@ description:
     C(dgxspark_vllm_settings), then the explicit variables - published as the C(dgxspark_vllm_config) fact with
     where each value came from (RV(sources), shown by the dgxspark_vllm role with C(-v)).
   - Checks the whole cluster first, and lists every problem at once, each naming the variable to change and a
-    valid example - the groups (one head, at least one worker), every host's C(dgxspark_vllm_cx7_ip),
+    valid example - the placeholders of C(inventories/example) still in any host's variables (a C(<NAME>) such as
+    C(<YOUR_USER>), an address of the ranges reserved for documentation - 192.0.2.0/24, 198.51.100.0/24,
+    203.0.113.0/24, 2001:db8::/32 - in the C(dgxspark_vllm_*), connection and role variables, with the variable and
+    the hosts), the groups (one head, at least one worker), every host's C(dgxspark_vllm_cx7_ip),
     cluster-wide variables identical on every host (naming the hosts that differ), unknown C(dgxspark_vllm_*)
     variables (with the nearest known name), the image reference (a tag or a digest), a non-empty served name,
     the checkpoint denylist, the non-commercial drafter's licence, every profile (built-in and

@@ -14,13 +14,16 @@ from typing import Any
 import pytest
 import yaml
 
+from helpers.inventories import INVENTORIES, filled_copy
+
 ROOT = Path(__file__).resolve().parents[4]
 HOSTS = {"spark_cluster": {"children": {
     "spark_head": {"hosts": {"spark-a": {"dgxspark_vllm_cx7_ip": "192.168.100.11"}}},
     "spark_workers": {"hosts": {"spark-b": {"dgxspark_vllm_cx7_ip": "192.168.100.12"}}},
 }}}
-# An address nothing answers on: a task that tried to reach a node would fail the run.
-GROUP = {"ansible_host": "192.0.2.1", "ansible_user": "spark", "dgxspark_vllm_profile": "lab_cpu",
+# An address nothing answers on (reserved, not a documentation range: the config step refuses those as the example
+# inventory's placeholders): a task that tried to reach a node would fail the run.
+GROUP = {"ansible_host": "240.0.0.1", "ansible_user": "spark", "dgxspark_vllm_profile": "lab_cpu",
          "dgxspark_vllm_cx7_subnet": "192.168.100.0/24", "dgxspark_vllm_api_key": "k-not-in-the-fact"}
 PLAYBOOK = """
 - hosts: spark_cluster
@@ -173,23 +176,81 @@ def test_a_run_over_both_clusters_is_refused_before_anything_runs(tmp_path: Path
     assert not list((tmp_path / "out").glob("*.json"))
 
 
+def run_inventory(tmp_path: Path, inventory: Path, limit: str = "") -> subprocess.CompletedProcess[str]:
+    out = tmp_path / "out"
+    out.mkdir(exist_ok=True)
+    playbook = tmp_path / "play.yml"
+    playbook.write_text(PLAYBOOK.format(play_vars="{}", out=out))
+    argv = [os.path.join(os.path.dirname(sys.executable), "ansible-playbook"), "-i", str(inventory), str(playbook),
+            "-e", '{"ansible_become": false}']
+    if limit:
+        argv += ["--limit", limit]
+    return subprocess.run(argv, cwd=ROOT, env=ansible_env(tmp_path), capture_output=True, text=True, timeout=120,
+                          check=False)
+
+
 @pytest.mark.parametrize("limit, head, served, subnet", [
-    ("pair_a", "spark-a1", "glm-5.3-flash", "198.51.100.0/24"),
-    ("pair_b", "spark-b1", "qwen3-coder", "203.0.113.0/24"),
+    ("pair_a", "spark-a1", "glm-5.3-flash", "192.168.100.0/24"),
+    ("pair_b", "spark-b1", "qwen3-coder", "192.168.101.0/24"),
 ])
 def test_the_example_pairs_inventory_serves_two_models(tmp_path: Path, limit: str, head: str, served: str,
                                                        subnet: str) -> None:
-    out = tmp_path / "out"
-    out.mkdir()
-    playbook = tmp_path / "play.yml"
-    playbook.write_text(PLAYBOOK.format(play_vars="{}", out=out))
-    argv = [os.path.join(os.path.dirname(sys.executable), "ansible-playbook"), "-i",
-            str(ROOT / "inventories" / "example_pairs"), str(playbook), "--limit", limit,
-            "-e", '{"ansible_become": false}']
-    result = subprocess.run(argv, cwd=ROOT, env=ansible_env(tmp_path), capture_output=True, text=True, timeout=120,
-                            check=False)
+    result = run_inventory(tmp_path, filled_copy("example_pairs", tmp_path / "inventories"), limit)
     assert result.returncode == 0, result.stdout + result.stderr
+    out = tmp_path / "out"
     config = json.loads((out / f"{head}.json").read_text())
     assert (config["cluster"], config["head"], config["served_model_name"], config["cx7_subnet"]) == (
         limit, head, served, subnet)
     assert len(list(out.glob("*.json"))) == 2
+
+
+# --------------------------------------------------------------------------- the inventories the collection holds
+
+# every inventory of inventories/ (the lab's only in a checkout), with the --limit of each cluster it holds
+RUNS = {"example": [""], "example_pairs": ["pair_a", "pair_b"], "lab": [""], "lab4": [""], "lab_exl3": [""],
+        "lab_pairs": ["pair_a", "pair_b"]}
+
+
+def test_every_inventory_is_checked_here() -> None:
+    assert sorted(path.name for path in INVENTORIES.iterdir() if path.is_dir()) == sorted(
+        name for name in RUNS if (INVENTORIES / name).is_dir())
+
+
+@pytest.mark.parametrize("name, limit", [(name, limit) for name, limits in RUNS.items() for limit in limits])
+def test_every_inventory_resolves(tmp_path: Path, name: str, limit: str) -> None:
+    """The lab's inventories as they are, the examples once their placeholders are filled in."""
+    if not (INVENTORIES / name).is_dir():
+        pytest.skip(f"inventories/{name} is the lab's: only a checkout holds it, the built collection does not")
+    inventory = filled_copy(name, tmp_path / "inventories") if name.startswith("example") else INVENTORIES / name
+    result = run_inventory(tmp_path, inventory, limit)
+    assert result.returncode == 0, result.stdout[-6000:] + result.stderr[-2000:]
+    assert list((tmp_path / "out").glob("*.json"))
+
+
+@pytest.mark.parametrize("name, limit, expected", [
+    ("example", "", [
+        "ansible_user on spark-a, spark-b holds '<YOUR_USER>': a placeholder of the example inventory",
+        "ansible_host on spark-a holds '192.0.2.10': in 192.0.2.0/24, a range reserved for documentation (RFC 5737)",
+        "ansible_host on spark-b holds '192.0.2.11': in 192.0.2.0/24",
+        "dgxspark_vllm_cx7_ip on spark-a holds '198.51.100.1': in 198.51.100.0/24",
+        "dgxspark_vllm_cx7_ip on spark-b holds '198.51.100.2': in 198.51.100.0/24",
+        "dgxspark_vllm_cx7_subnet on spark-a, spark-b holds '198.51.100.0/24': in 198.51.100.0/24",
+    ]),
+    ("example_pairs", "pair_b", [
+        "ansible_user on spark-b1, spark-b2 holds '<YOUR_USER>'",
+        "ansible_host on spark-b1 holds '192.0.2.20'",
+        "ansible_host on spark-b2 holds '192.0.2.21'",
+        "dgxspark_vllm_cx7_ip on spark-b1 holds '203.0.113.1': in 203.0.113.0/24",
+        "dgxspark_vllm_cx7_ip on spark-b2 holds '203.0.113.2'",
+        "dgxspark_vllm_cx7_subnet on spark-b1, spark-b2 holds '203.0.113.0/24'",
+    ]),
+])
+def test_the_example_inventories_as_shipped_are_refused_naming_every_placeholder(
+        tmp_path: Path, name: str, limit: str, expected: list[str]) -> None:
+    result = run_inventory(tmp_path, INVENTORIES / name, limit)
+    assert result.returncode != 0
+    text = result.stdout
+    assert f"the inventory has {len(expected)} problem(s); nothing was started, pulled or downloaded" in text, text
+    for line in expected:
+        assert line in text, line
+    assert not list((tmp_path / "out").glob("*.json"))   # the play stopped at the check

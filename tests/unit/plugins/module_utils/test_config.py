@@ -34,8 +34,8 @@ def inputs(cluster: dict[str, Any] | None = None, head: dict[str, Any] | None = 
            worker: dict[str, Any] | None = None, **kwargs: Any) -> Inputs:
     shared = group(**(cluster or {}))
     hostvars = {
-        HEAD: dict(shared, dgxspark_vllm_cx7_ip="192.168.100.11", **(head or {})),
-        WORKER: dict(shared, dgxspark_vllm_cx7_ip="192.168.100.12", **(worker or {})),
+        HEAD: {**shared, "dgxspark_vllm_cx7_ip": "192.168.100.11", **(head or {})},
+        WORKER: {**shared, "dgxspark_vllm_cx7_ip": "192.168.100.12", **(worker or {})},
     }
     return Inputs(hostvars=hostvars, head=[HEAD], workers=[WORKER], builtin_profiles=BUILTIN,
                   ansible_user=kwargs.pop("ansible_user", "spark"), **kwargs)
@@ -294,13 +294,20 @@ def test_a_broken_user_profile_is_refused_with_its_key(user: dict[str, Any], mes
 # --------------------------------------------------------------------------- the example inventory
 
 
-def _example_hostvars() -> tuple[dict[str, dict[str, Any]], str]:
+def _example_hostvars(filled: bool = True) -> tuple[dict[str, dict[str, Any]], str]:
+    """inventories/example's dgxspark_vllm_* variables per host and its ansible_user: with its placeholders filled in
+    as a user would (helpers.inventories.FILLED), or as shipped."""
     import yaml
-    from pathlib import Path
 
-    folder = Path(__file__).resolve().parents[4] / "inventories" / "example"
-    group = yaml.safe_load((folder / "group_vars" / "spark_cluster.yml").read_text(encoding="utf-8"))
-    hosts = yaml.safe_load((folder / "hosts.yml").read_text(encoding="utf-8"))["spark_cluster"]["children"]
+    from helpers.inventories import INVENTORIES, fill
+
+    folder = INVENTORIES / "example"
+
+    def read(name: str) -> Any:
+        text = (folder / name).read_text(encoding="utf-8")
+        return yaml.safe_load(fill(text) if filled else text)
+    group = read("group_vars/spark_cluster.yml")
+    hosts = read("hosts.yml")["spark_cluster"]["children"]
     hostvars = {}
     for name in ("spark_head", "spark_workers"):
         for host, values in hosts[name]["hosts"].items():
@@ -320,14 +327,56 @@ def test_the_example_inventory_switches_models_with_one_variable(profile: str, s
     assert (config["served_model_name"], config["model_repo"]) == (served, repo)
     from ansible_collections.dgxspark.vllm.plugins.module_utils._serve_spec import profile_from_data
 
-    nodes = [{"name": "spark-a", "cx7_ip": "198.51.100.1", "head": True, "cx7_iface": "enp1s0f1np1",
+    nodes = [{"name": "spark-a", "cx7_ip": "192.168.100.1", "head": True, "cx7_iface": "enp1s0f1np1",
               "ib_hca": "rocep1s0f1", "gid_index": 3},
-             {"name": "spark-b", "cx7_ip": "198.51.100.2", "cx7_iface": "enP2p1s0f1np1", "ib_hca": "roceP2p1s0f1",
+             {"name": "spark-b", "cx7_ip": "192.168.100.2", "cx7_iface": "enP2p1s0f1np1", "ib_hca": "roceP2p1s0f1",
               "gid_index": 3}]
     command = render_spec(profile_from_data(config["profile"]), nodes, "spark-a", config["settings"]).container["command"]
     assert ("--reasoning-parser" in command) is (profile == "glm53_flash_nvfp4")
     assert ("--speculative-config" in command) is (profile == "glm53_flash_nvfp4")
     assert command[command.index("--served-model-name") + 1] == served
+
+
+def test_the_example_inventory_as_shipped_is_refused_naming_each_placeholder_and_host() -> None:
+    hostvars, user = _example_hostvars(filled=False)
+    checked = {host: {"ansible_user": user, "ansible_host": address}
+               for host, address in (("spark-a", "192.0.2.10"), ("spark-b", "192.0.2.11"))}
+    found = problems(Inputs(hostvars, ["spark-a"], ["spark-b"], BUILTIN, user, checked_vars=checked))
+    placeholders = [problem for problem in found if "reserved for documentation" in problem or "placeholder" in problem]
+    assert placeholders == found[:len(placeholders)]   # named first, before what they may cause
+    assert sorted(problem.split(" holds ")[0] for problem in placeholders) == sorted([
+        "ansible_user on spark-a, spark-b", "ansible_host on spark-a", "ansible_host on spark-b",
+        "dgxspark_vllm_cx7_ip on spark-a", "dgxspark_vllm_cx7_ip on spark-b", "dgxspark_vllm_cx7_subnet on spark-a, spark-b"])
+
+
+@pytest.mark.parametrize("cluster, head, checked, expected", [
+    ({"kit_user": "<YOUR_USER>"}, {}, {},
+     "dgxspark_vllm_kit_user on spark-a, spark-b holds '<YOUR_USER>': a placeholder of the example inventory"),
+    ({"api_allowed_cidrs": ["10.0.0.0/8", "203.0.113.0/24"]}, {}, {},
+     "dgxspark_vllm_api_allowed_cidrs[1] on spark-a, spark-b holds '203.0.113.0/24': in 203.0.113.0/24"),
+    ({"settings": {"extra_env": {"MY_IFACE": "<IFACE>"}}}, {}, {},
+     "dgxspark_vllm_settings.extra_env.MY_IFACE on spark-a, spark-b holds '<IFACE>'"),
+    ({}, {"dgxspark_vllm_cx7_ip": "2001:db8::11"}, {},
+     "dgxspark_vllm_cx7_ip on spark-a holds '2001:db8::11': in 2001:db8::/32, a range reserved for documentation "
+     "(RFC 3849)"),
+    ({"api_key": "<API_KEY>"}, {}, {}, "dgxspark_vllm_api_key on spark-a, spark-b holds (hidden)"),
+    ({}, {}, {"spark-b": {"kit_launch_hf_bin": "/home/<YOUR_USER>/.hf-cli/venv/bin/hf"}},
+     "kit_launch_hf_bin on spark-b holds '<YOUR_USER>'"),
+    ({}, {}, {"spark-a": {"inventory_hostname": "198.51.100.7"}}, "inventory_hostname on spark-a holds '198.51.100.7'"),
+])
+def test_a_placeholder_left_in_any_variable_is_refused_with_its_variable_and_hosts(
+        cluster: dict[str, Any], head: dict[str, Any], checked: dict[str, Any], expected: str) -> None:
+    found = problems(inputs(cluster, head, checked_vars=checked))
+    assert any(expected in problem for problem in found), found
+    assert not any("reserved" in problem or "placeholder" in problem for problem in found if expected not in problem)
+
+
+def test_the_labs_addresses_and_real_values_are_not_placeholders() -> None:
+    config = resolve(inputs({"cx7_subnet": "10.77.1.0/24", "api_allowed_cidrs": ["10.77.0.1/32", "192.0.3.0/24"],
+                             "settings": {"extra_env": {"X": "<think>"}}},
+                            {"dgxspark_vllm_cx7_ip": "10.77.1.11"}, {"dgxspark_vllm_cx7_ip": "10.77.1.12"},
+                            checked_vars={"spark-a": {"ansible_host": "10.77.0.11", "ansible_user": "spark"}}))
+    assert config["cx7_subnet"] == "10.77.1.0/24"
 
 
 # --------------------------------------------------------------------------- the group guard
