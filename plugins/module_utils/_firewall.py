@@ -236,3 +236,38 @@ def plan(config: dict, addresses: dict, reached: dict) -> dict:
         out[host] = {"ruleset": ruleset(r), "cx7_iface": ifaces[host], "peers": list(r.peers)}
     return {"nodes": out, "api_cidrs": cidrs,
             "source": "dgxspark_vllm_api_allowed_cidrs" if given_cidrs else "the management networks of the nodes"}
+
+
+# ------------------------------------------------------------------------------------------------ the launch's check
+
+def table_state(rc: int | None, out: str) -> dict:
+    """What `nft list table inet dgxspark` said (rc None: nft is not installed): present when the table is there
+    with its input chain."""
+    if rc is None:
+        return {"present": False, "why": "nft is not installed"}
+    if rc != 0:
+        return {"present": False, "why": "the table inet dgxspark is not loaded"}
+    if "chain input" not in out:
+        return {"present": False, "why": "the table inet dgxspark has no input chain"}
+    return {"present": True, "why": ""}
+
+
+def missing_nodes(order: Sequence[str], states: dict) -> list[str]:
+    """The nodes, in `order`, whose read found no firewall table (a read that did not look counts as missing)."""
+    return [name for name in order if not ((states.get(name) or {}).get("firewall") or {}).get("present")]
+
+
+def launch_refusal(enabled: bool, order: Sequence[str], states: dict) -> str | None:
+    """Why nothing may start: the firewall is on (dgxspark_vllm_firewall) but its table is not loaded on a node, so
+    the engine's ports would answer the whole LAN. None when it is off or loaded everywhere."""
+    if not enabled:
+        return None
+    missing = missing_nodes(order, states)
+    if not missing:
+        return None
+    whys = "; ".join(f"{name}: {((states.get(name) or {}).get('firewall') or {}).get('why') or 'not read'}"
+                     for name in missing)
+    return (f"The firewall is on (dgxspark_vllm_firewall) but its table is not in place ({whys}): the engine's ports "
+            "would answer the whole LAN. Apply it with playbooks/firewall.yml (or site.yml --tags firewall) and launch "
+            "again, or set dgxspark_vllm_firewall: false to serve without it.")
+

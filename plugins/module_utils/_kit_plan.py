@@ -25,6 +25,7 @@ import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from ansible_collections.dgxspark.vllm.plugins.module_utils._firewall import launch_refusal
 from ansible_collections.dgxspark.vllm.plugins.module_utils._staging_lock import locked_nodes, refusal
 
 RANKS = 2
@@ -317,7 +318,8 @@ def decide(config: Mapping[str, Any], head: str, worker: str, states: Mapping[st
                   "async_seconds": times["async_seconds"], "finish_retries": times["finish_retries"]},
         "api_retries": times["api_retries"],
         # nothing starts while staging runs on a node (its lock as the state read found it)
-        "refusal": refusal(locked_nodes([head, worker], states), str(config["staging_lock_path"])) if start else None,
+        "refusal": (refusal(locked_nodes([head, worker], states), str(config["staging_lock_path"]))
+                    or launch_refusal(bool(config.get("firewall")), [head, worker], states)) if start else None,
     }
 
 

@@ -14,6 +14,8 @@ import json
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
+from ansible_collections.dgxspark.vllm.plugins.module_utils._firewall import table_state
+
 CONFIG_HASH_LABEL = "dgxspark.vllm.config_hash"
 GPU_QUERY = ["--query-gpu=name,driver_version,memory.total", "--format=csv,noheader"]
 
@@ -135,9 +137,16 @@ def mem_total_mb(meminfo: str) -> int | None:
 
 def read_state(run: RunCommand, docker: str | None, container: str | None, image: str | None,
                nvidia_smi: str | None, stamp_text: str | None, stamp_path: str | None, lock_exists: bool | None,
-               meminfo: str = "") -> dict[str, Any]:
-    """Run the reads (run: argv -> (rc, out, err)) and return the node's state (container None: not read)."""
-    state: dict[str, Any] = {"container": None}
+               meminfo: str = "", firewall_table: str | None = None, nft: str | None = None) -> dict[str, Any]:
+    """Run the reads (run: argv -> (rc, out, err)) and return the node's state (container None: not read;
+    firewall None: not asked)."""
+    state: dict[str, Any] = {"container": None, "firewall": None}
+    if firewall_table:
+        if nft:
+            rc, out, _err = run([nft, "list", "table", *firewall_table.split()])
+            state["firewall"] = table_state(rc, out)
+        else:
+            state["firewall"] = table_state(None, "")
     if (container or image) and not docker:
         raise NodeStateError("the docker CLI is not installed on this node (not found on PATH)")
     if container and docker:

@@ -51,6 +51,11 @@ options:
   lock_path:
     description: The staging lock; RV(staging_lock) says whether it exists when given.
     type: path
+  firewall_table:
+    description:
+      - The collection's nftables table (family and name, C(inet dgxspark)); when given, RV(firewall) says whether
+        it is loaded (read with C(nft list table)).
+    type: str
   gpu:
     description: Whether to read the GPU's identity with C(nvidia-smi) (absent C(nvidia-smi) gives null).
     type: bool
@@ -175,6 +180,11 @@ staging_lock:
   returned: always
   type: bool
   sample: false
+firewall:
+  description: Whether O(firewall_table) is loaded (C(present)) and, when it is not, why; null when not given.
+  returned: always
+  type: dict
+  sample: {present: true, why: ""}
 mem_total_mb:
   description: MemTotal from C(/proc/meminfo) in MiB, rounded down as the C(memtotal_mb) fact (null if unreadable).
   returned: always
@@ -243,6 +253,7 @@ def main() -> None:
             "image": {"type": "str"},
             "stamp_path": {"type": "path"},
             "lock_path": {"type": "path"},
+            "firewall_table": {"type": "str"},
             "gpu": {"type": "bool", "default": True},
             "name": {"type": "str"},
             "head": {"type": "bool", "default": False},
@@ -278,7 +289,8 @@ def main() -> None:
                            module.get_bin_path("nvidia-smi") if p["gpu"] else None,
                            stamp_text, p["stamp_path"],
                            os.path.lexists(p["lock_path"]) if p["lock_path"] else None,
-                           _read_meminfo())
+                           _read_meminfo(), p["firewall_table"],
+                           module.get_bin_path("nft", opt_dirs=["/usr/sbin", "/sbin"]) if p["firewall_table"] else None)
     except NodeStateError as exc:
         module.fail_json(msg=str(exc))
     described = {}

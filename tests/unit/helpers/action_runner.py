@@ -13,7 +13,9 @@ def run_action(action_class: Any, args: dict[str, Any], check_mode: bool = False
     task.check_mode = check_mode
     task.diff = diff
     connection = mock.Mock(name="connection")
-    action = action_class(task, connection, PlayContext(), loader=mock.Mock(), templar=mock.Mock(),
+    templar = mock.Mock(name="templar")
+    templar.template.side_effect = lambda value, *args, **kwargs: value   # values are given as the templar returns them
+    action = action_class(task, connection, PlayContext(), loader=mock.Mock(), templar=templar,
                           shared_loader_obj=mock.Mock())
     result = action.run(task_vars={})
     connection.exec_command.assert_not_called()   # nothing runs on a node

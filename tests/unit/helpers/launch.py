@@ -51,13 +51,14 @@ def config(**settings: Any) -> dict[str, Any]:
     return {"profile": as_data(PROFILES["lab_cpu"]), "profile_name": "lab_cpu", "head": HEAD, "workers": [WORKER],
             "settings": resolved, "model_path": resolved["model_path"], "model_revision": "main",
             "kv_cache_memory_bytes": resolved.get("kv_cache_memory_bytes"), "head_cx7_ip": IPS[HEAD],
-            "staging_lock_path": "/run/dgxspark/staging.lock"}
+            "staging_lock_path": "/run/dgxspark/staging.lock", "firewall": True}
 
 
 def node_state(name: str, config_hash: str | None = None, running: bool = True, exists: bool | None = None,
                image_id: str | None = IMAGE_ID, stamp: dict[str, Any] | None = None,
-               staging_lock: bool = False) -> dict[str, Any]:
-    """One node's vllm_node_state result, read with its name (container absent unless config_hash/exists)."""
+               staging_lock: bool = False, firewall: bool = True) -> dict[str, Any]:
+    """One node's vllm_node_state result, read with its name (container absent unless config_hash/exists; the
+    firewall's table loaded unless firewall is false)."""
     exists = config_hash is not None if exists is None else exists
     exit_code = 0 if running else 137
     inspect = json.dumps([{"Id": "c0ffee" + name,
@@ -67,6 +68,8 @@ def node_state(name: str, config_hash: str | None = None, running: bool = True, 
     answers = {
         "container inspect": (0, inspect, "") if exists else (1, "[]", "Error: No such container: vllm_glm53"),
         "image inspect": (0, image_id + "\n", "") if image_id else (1, "", "Error: No such image: vllm-cpu"),
+        "list table inet dgxspark": ((0, "table inet dgxspark {\n  chain input {\n  }\n}\n", "") if firewall
+                                     else (1, "", "Error: No such file or directory")),
     }
 
     def run(argv: Any) -> tuple[int, str, str]:
@@ -79,7 +82,7 @@ def node_state(name: str, config_hash: str | None = None, running: bool = True, 
         stamp = {"repo": "dgxspark-lab/tiny-glm53", "commit": COMMIT}
     state = read_state(run, "docker", "vllm_glm53", "ghcr.io/dgxspark-lab/vllm-openai-cpu:v0.32.0", None,
                        json.dumps(stamp) if head and stamp else None, stamp_path if head else None, staging_lock,
-                       MEMINFO)
+                       MEMINFO, "inet dgxspark", "/usr/sbin/nft")
     # as dgxspark_vllm_config.nodes lists it (nothing set in the inventory) and as the lab's preflight found it
     inventory = {"cx7_ip": IPS[name], "head": head, "rank": ORDER.index(name), "cx7_iface": "", "ib_hca": "",
                  "gid_index": None}

@@ -44,7 +44,7 @@ HEAD, WORKER = "spark-a", "spark-b"
 USER = "spark"
 PASSWD = [["x", "1000", "1000", "Spark", "/home/spark", "/bin/bash"]]
 CONFIG: dict[str, Any] = {
-    "staging_lock_path": "/run/dgxspark/staging.lock",
+    "staging_lock_path": "/run/dgxspark/staging.lock", "firewall": True,
     "kit_user": USER, "hf_home": "/home/spark/.cache/huggingface", "container_name": "vllm_glm53", "port": 8888,
     "model_repo": "brandonmusic/GLM-5.3-Flash-tr3-4bpw", "model_revision": "main",
     "drafter_repo": "incoai/GLM-5.3-Flash-DFlash2", "drafter_revision": "main",
@@ -61,9 +61,11 @@ NOT_IN_DOCKER = ("the kit user spark is not in the docker group: start.sh runs d
 
 
 def _state(cid: str | None, running_: bool = True, image_id: str | None = "sha256:img",
-           staging_lock: bool = False) -> dict[str, Any]:
+           staging_lock: bool = False, firewall: bool = True) -> dict[str, Any]:
     return {"container": {"exists": cid is not None, "running": running_, "id": cid}, "image_id": image_id,
-            "staging_lock": staging_lock}
+            "staging_lock": staging_lock,
+            "firewall": {"present": True, "why": ""} if firewall else {"present": False,
+                                                                         "why": "the table inet dgxspark is not loaded"}}
 
 
 def _record(document: Any) -> dict[str, Any]:
@@ -335,6 +337,17 @@ def test_decide_refuses_a_start_while_staging_runs_and_keeps_a_group_that_needs_
     first = _decide()
     kept = _decide(states=locked, record=_record({"wanted": first["wanted"], "containers": BOTH}))
     assert (kept["restart"], kept["refusal"]) == (False, None)   # nothing starts: nothing to refuse
+
+
+def test_decide_refuses_a_start_without_the_firewall_table_unless_the_firewall_is_off() -> None:
+    bare = {HEAD: _state("c1", firewall=False), WORKER: _state("c2")}
+    assert _decide(states=bare)["refusal"] == (
+        f"The firewall is on (dgxspark_vllm_firewall) but its table is not in place ({HEAD}: the table inet dgxspark is "
+        "not loaded): the engine's ports would answer the whole LAN. Apply it with playbooks/firewall.yml (or site.yml "
+        "--tags firewall) and launch again, or set dgxspark_vllm_firewall: false to serve without it.")
+    off = decide(dict(CONFIG, firewall=False), HEAD, WORKER, bare, {}, {"after": "abc"},
+                 {"checksum": "e0", "unset_in_caller": ["IMAGE"]}, SETTINGS)
+    assert off["refusal"] is None
 
 
 def test_decide_takes_the_pinned_commit_when_git_says_nothing() -> None:

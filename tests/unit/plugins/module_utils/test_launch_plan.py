@@ -734,6 +734,30 @@ def test_a_start_while_staging_runs_is_refused_before_anything_is_stopped(locked
     assert result.specs.keys() == old.keys()   # the render is still there for status to compare
 
 
+@pytest.mark.parametrize("bare", [[WORKER], [HEAD, WORKER]])
+def test_a_start_without_the_firewall_table_is_refused_before_anything_is_stopped(bare: list[str]) -> None:
+    cfg = config()
+    cache = recorded(cfg, nodes(), {"kv_cache_memory_bytes": ONE_GIB})
+    states = {name: node_state(name, "out-of-date", firewall=name not in bare) for name in (HEAD, WORKER)}
+    result = run(cfg, states, cache)
+    assert (result.step, result.stop_first, result.any_exists) == ("fail", False, True)
+    whys = "; ".join(f"{name}: the table inet dgxspark is not loaded" for name in bare)
+    assert result.message == (f"The firewall is on (dgxspark_vllm_firewall) but its table is not in place ({whys}): "
+                              "the engine's ports would answer the whole LAN. Apply it with playbooks/firewall.yml (or "
+                              "site.yml --tags firewall) and launch again, or set dgxspark_vllm_firewall: false to "
+                              "serve without it.")
+    # with the firewall off, the same nodes start
+    assert run(dict(cfg, firewall=False), states, cache).step == "start"
+
+
+def test_a_group_found_serving_without_the_table_is_left_serving() -> None:
+    cfg, states = config(), nodes()
+    cache = recorded(cfg, states, {"kv_cache_memory_bytes": ONE_GIB})
+    specs = run(cfg, states, cache).specs
+    serving = {name: node_state(name, specs[name]["config_hash"], firewall=False) for name in (HEAD, WORKER)}
+    assert run(cfg, serving, cache).step == "nothing"   # nothing starts: nothing to refuse (the firewall role applies it)
+
+
 def test_a_group_found_serving_while_staging_runs_is_left_serving() -> None:
     cfg, states = config(), nodes()
     cache = recorded(cfg, states, {"kv_cache_memory_bytes": ONE_GIB})

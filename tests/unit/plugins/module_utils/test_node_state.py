@@ -148,3 +148,23 @@ def test_without_a_container_or_image_nothing_runs_and_docker_is_not_needed() ->
 def test_a_container_or_image_read_without_docker_says_so(container: str | None, image: str | None) -> None:
     with pytest.raises(ns.NodeStateError, match="docker CLI is not installed"):
         ns.read_state(Fake({}), None, container, image, None, None, None, None)
+
+
+@pytest.mark.parametrize(("answer", "expected"), [
+    ((0, "table inet dgxspark {\n\tchain input {\n\t}\n}\n", ""), {"present": True, "why": ""}),
+    ((1, "", "Error: No such file or directory"), {"present": False, "why": "the table inet dgxspark is not loaded"}),
+    ((0, "table inet dgxspark {\n}\n", ""), {"present": False, "why": "the table inet dgxspark has no input chain"}),
+])
+def test_the_firewall_table_is_read_when_asked(answer, expected) -> None:
+    fake = Fake({"list table": answer})
+    state = ns.read_state(fake, "docker", None, None, None, None, None, None, "", "inet dgxspark", "/usr/sbin/nft")
+    assert state["firewall"] == expected
+    assert fake.calls == [["/usr/sbin/nft", "list", "table", "inet", "dgxspark"]]
+
+
+def test_no_nft_is_no_table_and_an_unasked_read_is_none() -> None:
+    fake = Fake({})
+    assert ns.read_state(fake, None, None, None, None, None, None, None, "", "inet dgxspark", None)["firewall"] == {
+        "present": False, "why": "nft is not installed"}
+    assert ns.read_state(fake, None, None, None, None, None, None, None)["firewall"] is None
+    assert fake.calls == []
