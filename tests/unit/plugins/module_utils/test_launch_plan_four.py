@@ -20,6 +20,7 @@ def _state(name: str, config_hash: str | None = None) -> dict[str, Any]:
     state: dict[str, Any] = {"container": {"exists": config_hash is not None, "running": config_hash is not None,
                                            "config_hash": config_hash},
                              "image_id": "sha256:abc", "gpu": None, "mem_total_mb": MB, "staging_lock": False,
+                             "firewall": {"present": True, "why": ""},
                              "stamp": {"commit": "0123"} if name == NAMES[0] else None}
     inventory = {"cx7_iface": f"enp1s0f{NAMES.index(name)}np1", "ib_hca": "rocep1s0f1", "gid_index": 3}
     state["node"] = describe(name, IPS[name], name == NAMES[0], inventory["cx7_iface"], inventory, {}, None)
