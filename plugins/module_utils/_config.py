@@ -20,8 +20,10 @@ from typing import Any
 from ansible_collections.dgxspark.vllm.plugins.module_utils import _kit
 from ansible_collections.dgxspark.vllm.plugins.module_utils import _manifest
 from ansible_collections.dgxspark.vllm.plugins.module_utils import _placeholders
+from ansible_collections.dgxspark.vllm.plugins.module_utils import _tensor_parallel
 from ansible_collections.dgxspark.vllm.plugins.module_utils._profiles import (
     DEFAULT_PROFILE,
+    MODEL_KEYS,
     UNSET_DEFAULTS,
     Profile,
     ProfileError,
@@ -80,6 +82,8 @@ VARIABLES: Mapping[str, Variable] = {var.name: var for var in (
     _v("port", setting="port", example="8000"),
     _v("master_port", setting="master_port", example="29521"),
     _v("tensor_parallel_size", setting="tensor_parallel_size", example="2"),
+    _v("attention_heads", setting="attention_heads", kind="count", example="64"),
+    _v("kv_heads", setting="kv_heads", kind="count", example="64"),
     _v("gpu_memory_utilization", setting="gpu_memory_utilization", example="0.85"),
     _v("allow_high_gpu_memory_utilization", setting="allow_high_gpu_memory_utilization", example="false"),
     _v("max_model_len", setting="max_model_len", example="262144"),
@@ -353,6 +357,12 @@ def _check_plain(name: str, var: Variable, value: Any, problems: list[str]) -> A
             problems.append(f"{full} is empty (e.g. {_fix(full, var.example)}); remove it to take the default")
             return _MISSING
         return value
+    if var.kind == "count":
+        count = _count(value)
+        if count is None:
+            problems.append(f"{full} must be a whole number of 1 or more, got {value!r} (e.g. {_fix(full, var.example)})")
+            return _MISSING
+        return count
     if var.kind == "cidrs":
         if isinstance(value, str) or not isinstance(value, Sequence):
             problems.append(f"{full} must be a list of networks, got {value!r} (e.g. {_fix(full, var.example)})")
@@ -373,6 +383,15 @@ def _check_plain(name: str, var: Variable, value: Any, problems: list[str]) -> A
             return _MISSING
         return dict(value)
     return value
+
+
+def _count(value: Any) -> int | None:
+    """A positive whole number as YAML or an INI inventory gives it (64 or "64"), or None."""
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, str) and value.strip().isdigit():
+        value = int(value.strip())
+    return value if isinstance(value, int) and value >= 1 else None
 
 
 @dataclass
@@ -428,7 +447,7 @@ def resolve(inputs: Inputs) -> dict[str, Any]:
     # profile < dgxspark_vllm_settings < explicit variables
     values: dict[str, Any] = {}
     sources: dict[str, str] = {}
-    for key in RENDER_KEYS + ("model_repo", "model_revision", "drafter_repo", "drafter_revision"):
+    for key in RENDER_KEYS + ("model_repo", "model_revision", "drafter_repo", "drafter_revision") + MODEL_KEYS:
         if key in profile.settings:
             values[key], sources[key] = plain(profile.settings[key]), f"profile {profile.name}"
         else:
@@ -473,6 +492,8 @@ def resolve(inputs: Inputs) -> dict[str, Any]:
     nodes = _nodes(inputs, problems)
     render_settings = {key: values[key] for key in RENDER_KEYS}
     settings_ok = _check_settings(profile, render_settings, name, problems)
+    if nodes is not None:
+        _check_tensor_parallel(values, len(nodes), name, problems)
     if settings_ok and profile.launcher == "docker_run" and nodes is not None:
         _check_render(profile, render_settings, nodes, name, problems)
     if explicit.get("guard") and profile.launcher != "docker_run":
@@ -518,7 +539,7 @@ def resolve(inputs: Inputs) -> dict[str, Any]:
     for key in ("image", "container_name", "model_repo", "model_revision", "drafter_repo", "drafter_revision",
                 "model_path", "cache_path", "served_model_name", "port", "master_port", "max_model_len",
                 "gpu_memory_utilization", "tensor_parallel_size", "kv_cache_memory_bytes", "log_max_size",
-                "log_max_file"):
+                "log_max_file") + MODEL_KEYS:
         config[key] = values[key]
     config["cx7_subnet"] = values["cx7_subnet"] or ""
     for key in ("lab", "accept_noncommercial_drafter", "staging_lock_path", "secure_logging", "profile", "guard",
@@ -528,6 +549,33 @@ def resolve(inputs: Inputs) -> dict[str, Any]:
     sources["profile"] = sources.get("profile") if "profile" in explicit else "default"
     config["sources"] = {key: sources[key] for key in sorted(sources)}
     return config
+
+
+def _check_tensor_parallel(values: Mapping[str, Any], nodes: int, name: Any, problems: list[str]) -> None:
+    """The tensor-parallel size (set, or derived: nodes x GPUs per node / pipeline) against the model's heads."""
+    sources = getattr(name, "sources", {})
+    counts = {key: _count(values.get(key)) for key in MODEL_KEYS}
+    if None in counts.values():
+        unknown = [key for key, count in counts.items() if count is None]
+        problems.append(f"the model's {' and '.join(key.replace('_', ' ') for key in unknown)} "
+                        f"({', '.join(f'{name(key)} {values.get(key)!r}' for key in unknown)}) must be whole numbers "
+                        "of 1 or more: set them in the profile (settings.attention_heads, settings.kv_heads) or with "
+                        f"{PREFIX}attention_heads and {PREFIX}kv_heads, from the checkpoint's config.json "
+                        "(num_attention_heads, num_key_value_heads); the tensor-parallel size is checked against them")
+        return
+    gpus = _count(values.get("gpus_per_node")) or 1
+    pipeline = _count(values.get("pipeline_parallel_size")) or 1
+    explicit = _count(values.get("tensor_parallel_size"))
+    if explicit is None and (nodes * gpus) % pipeline:
+        return   # the render names the pipeline size that does not divide the GPUs
+    size = explicit if explicit is not None else nodes * gpus // pipeline
+    model = _tensor_parallel.Model(attention_heads=counts["attention_heads"], kv_heads=counts["kv_heads"])
+    found = _tensor_parallel.check(size, nodes, model, name("tensor_parallel_size"), explicit is not None, gpus, pipeline)
+    origins = sorted({sources.get(key, "") for key in MODEL_KEYS} - {""})
+    for problem in found:
+        problems.append(f"{problem}. [The head counts ({model.attention_heads} and {model.kv_heads}) come from "
+                        f"{' and '.join(origins) or 'the profile'}; for a model of another shape set "
+                        f"{PREFIX}attention_heads and {PREFIX}kv_heads from its config.json]")
 
 
 def _check_image(image: Any, where: str, problems: list[str]) -> None:

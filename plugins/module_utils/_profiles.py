@@ -15,7 +15,10 @@ Schema of one profile (every key optional except where noted):
                  Required without ``extends``.
 ``staging_layout`` ``local_dir`` (a flat tree at model_path) or ``hf_cache`` (the hub cache under hf_home).
 ``settings``     the profile's defaults for the cluster settings (`SETTING_KEYS`): merged key by key over the
-                 base's; a null value unsets the base's.
+                 base's; a null value unsets the base's. Among them the model's shape (`MODEL_KEYS`: its
+                 config.json's ``num_attention_heads`` and ``num_key_value_heads``), which the config step checks the
+                 tensor-parallel size against; a profile that extends another and serves another ``model_repo``
+                 gives its own.
 ``container``    ``gpus`` (``all`` or null), ``devices``, ``ulimits``, ``capabilities``, ``volumes`` (lists),
                  ``network_mode``, ``ipc_mode``: merged key by key over the base's.
 ``env``          NAME: template, in ``docker run`` order; over a base, a known name keeps its place and takes the
@@ -51,7 +54,10 @@ RENDER_KEYS: tuple[str, ...] = (
     "log_max_file",
 )
 STAGING_KEYS: tuple[str, ...] = ("model_repo", "model_revision", "drafter_repo", "drafter_revision")
-SETTING_KEYS: tuple[str, ...] = RENDER_KEYS + STAGING_KEYS
+# The model's shape: how many attention and KV heads the tensor-parallel ranks split (config.json's
+# num_attention_heads and num_key_value_heads).
+MODEL_KEYS: tuple[str, ...] = ("attention_heads", "kv_heads")
+SETTING_KEYS: tuple[str, ...] = RENDER_KEYS + STAGING_KEYS + MODEL_KEYS
 
 # The value of a setting no profile sets (the render's own defaults for optional keys).
 UNSET_DEFAULTS: Mapping[str, Any] = MappingProxyType({
@@ -214,6 +220,14 @@ def _resolve_one(name: str, raw: Mapping[str, Any], base: Profile | None, source
             settings.pop(key, None)
         else:
             settings[key] = value
+    repo = raw_settings.get("model_repo")
+    if base is not None and "model_repo" in raw_settings and repo != base.settings.get("model_repo"):
+        inherited = [f"settings.{key}" for key in MODEL_KEYS if key not in raw_settings and key in base.settings]
+        if inherited:
+            problems.append(f"{where} serves {repo!r}, another model than {base.name}'s "
+                            f"({base.settings.get('model_repo')!r}), but takes {' and '.join(inherited)} from it: give "
+                            "the head counts of its own config.json (num_attention_heads, num_key_value_heads; the "
+                            "tensor-parallel size is checked against them)")
 
     container = raw.get("container") or {}
     if not isinstance(container, Mapping):

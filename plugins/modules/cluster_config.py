@@ -21,7 +21,10 @@ description:
     cluster-wide variables identical on every host (naming the hosts that differ), unknown C(dgxspark_vllm_*)
     variables (with the nearest known name), the image reference (a tag or a digest), a non-empty served name,
     the checkpoint denylist, the non-commercial drafter's licence, every profile (built-in and
-    C(dgxspark_vllm_profiles)) against the profile schema, and every validation of the render for every node.
+    C(dgxspark_vllm_profiles)) against the profile schema, the tensor-parallel size (set, or nodes x GPUs per node)
+    against the model's attention and KV heads (the profile's C(attention_heads) and C(kv_heads), or
+    C(dgxspark_vllm_attention_heads) and C(dgxspark_vllm_kv_heads)) with the node counts that fit, and every validation
+    of the render for every node.
   - The built-in profiles are the YAML files in the collection's C(profiles/) folder; a profile defined in
     C(dgxspark_vllm_profiles) uses the same schema (usually C(extends) a built-in one).
   - Runs on the controller only (an action plugin); it never connects to a node. Secrets are checked but never

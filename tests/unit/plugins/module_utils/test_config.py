@@ -379,6 +379,89 @@ def test_the_labs_addresses_and_real_values_are_not_placeholders() -> None:
     assert config["cx7_subnet"] == "10.77.1.0/24"
 
 
+# --------------------------------------------------------------------------- the tensor-parallel size and the model
+
+
+def cluster_of(count: int, cluster: dict[str, Any] | None = None, **kwargs: Any) -> Inputs:
+    """A cluster of ``count`` Sparks (spark-1 the head), the group vars given."""
+    shared = group(**(cluster or {}))
+    hosts = [f"spark-{index}" for index in range(1, count + 1)]
+    hostvars = {host: {**shared, "dgxspark_vllm_cx7_ip": f"192.168.100.{10 + index}"}
+                for index, host in enumerate(hosts, start=1)}
+    return Inputs(hostvars=hostvars, head=hosts[:1], workers=hosts[1:], builtin_profiles=BUILTIN, ansible_user="spark",
+                  **kwargs)
+
+
+@pytest.mark.parametrize("profile", ["glm53_flash_nvfp4", "glm53_flash_exl3"])
+def test_three_sparks_are_refused_before_anything_starts(profile: str) -> None:
+    found = [problem for problem in problems(cluster_of(3, {"profile": profile, "accept_noncommercial_drafter": True}))
+             if "tensor-parallel" in problem]
+    assert len(found) == 1, found
+    assert found[0].startswith("the tensor-parallel size 3 (3 nodes x 1 GPU per node) does not fit the model: vLLM "
+                               "splits its attention across the ranks, and its 64 attention heads do not divide by 3; "
+                               "its 64 KV heads neither divide by 3 nor divide 3")
+    assert "node counts that fit: 2, 4, 8 (the head and the hosts of spark_workers)" in found[0]
+    assert f"[The head counts (64 and 64) come from profile {profile};" in found[0]
+
+
+def test_a_tensor_parallel_size_set_to_three_is_refused_by_its_variable() -> None:
+    found = problems(cluster_of(3, {"tensor_parallel_size": 3}))
+    assert any(problem.startswith("dgxspark_vllm_tensor_parallel_size 3 does not fit the model") for problem in found)
+
+
+@pytest.mark.parametrize("count, cluster", [
+    (2, {}), (4, {}), (8, {}),
+    (2, {"profile": "lab_cpu"}),
+    (4, {"profile": "lab_cpu", "attention_heads": 4, "kv_heads": 4, "model_repo": "dgxspark-lab/tiny-glm53-tp4"}),
+    (4, {"tensor_parallel_size": 4}),
+])
+def test_what_fits_resolves(count: int, cluster: dict[str, Any]) -> None:
+    config = resolve(cluster_of(count, cluster))
+    assert config["attention_heads"] >= 2 and config["kv_heads"] >= 2
+
+
+def test_the_lab_model_on_four_nodes_is_refused_without_the_four_node_models_heads() -> None:
+    found = [problem for problem in problems(cluster_of(4, {"profile": "lab_cpu"})) if "tensor-parallel" in problem]
+    assert len(found) == 1 and "its 2 attention heads do not divide by 4" in found[0], found
+    assert "node counts that fit: 2 (" in found[0] and "come from profile lab_cpu" in found[0]
+
+
+def test_the_head_counts_come_from_the_profile_or_their_variables() -> None:
+    config = resolve(inputs())
+    assert (config["attention_heads"], config["kv_heads"]) == (64, 64)
+    assert config["sources"]["attention_heads"] == "profile glm53_flash_nvfp4"
+    config = resolve(inputs({"attention_heads": "32", "kv_heads": 4}))
+    assert (config["attention_heads"], config["kv_heads"]) == (32, 4)
+    assert config["sources"]["kv_heads"] == "dgxspark_vllm_kv_heads"
+
+
+@pytest.mark.parametrize("cluster, message", [
+    ({"attention_heads": "lots"}, r"dgxspark_vllm_attention_heads must be a whole number of 1 or more, got 'lots'"),
+    ({"kv_heads": 0}, r"dgxspark_vllm_kv_heads must be a whole number of 1 or more, got 0"),
+    ({"kv_heads": True}, r"dgxspark_vllm_kv_heads must be a whole number of 1 or more, got True"),
+    ({"profiles": {"mine": {"extends": "glm53_flash_nvfp4", "settings": {"model_repo": "org/other-model"}}},
+      "profile": "mine"},
+     r"profile mine serves 'org/other-model', another model than glm53_flash_nvfp4's "
+     r"\('RedHatAI/GLM-5.3-Flash-NVFP4'\), but takes settings.attention_heads and settings.kv_heads from it"),
+    ({"profiles": {"mine": {"extends": "glm53_flash_nvfp4", "settings": {"attention_heads": None}}},
+      "profile": "mine"},
+     r"the model's attention heads \(dgxspark_vllm_attention_heads None\) must be whole numbers of 1 or more: set "
+     r"them in the profile \(settings.attention_heads, settings.kv_heads\)"),
+])
+def test_unusable_head_counts_are_named(cluster: dict[str, Any], message: str) -> None:
+    found = problems(inputs(cluster))
+    assert any(__import__("re").search(message, problem) for problem in found), found
+
+
+def test_a_profile_of_another_model_with_its_own_heads_is_checked_against_them() -> None:
+    profile = {"mine": {"extends": "glm53_flash_nvfp4",
+                        "settings": {"model_repo": "org/gqa-model", "attention_heads": 96, "kv_heads": 8}}}
+    assert resolve(cluster_of(2, {"profiles": profile, "profile": "mine"}))["kv_heads"] == 8
+    found = problems(cluster_of(3, {"profiles": profile, "profile": "mine"}))
+    assert any("its 8 KV heads neither divide by 3 nor divide 3" in problem and "node counts that fit: 2, 4, 8" in
+               problem for problem in found), found
+
+
 # --------------------------------------------------------------------------- the group guard
 
 
