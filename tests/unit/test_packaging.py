@@ -148,6 +148,19 @@ def test_the_version_is_the_next_release_while_changes_are_pending() -> None:
             "over %s)" % (features, version, latest.major, latest.minor + 1, latest))
 
 
+def test_the_readme_names_this_version_and_the_supported_ansible_core() -> None:
+    """The README's installation commands build and install this version, and its support matrix states
+    meta/runtime.yml's ansible-core range and the tested pins."""
+    text = (ROOT / "README.md").read_text()
+    version = load("galaxy.yml")["version"]
+    assert set(re.findall(r"dgxspark-vllm(?:-ee:|-)(\d+\.\d+\.\d+)", text)) == {version}
+    assert "`%s`" % load("meta/runtime.yml")["requires_ansible"] in text
+    for name in ("ansible-core", "matplotlib"):
+        assert dev_pin(name) in text, "the README's support matrix lacks %s %s" % (name, dev_pin(name))
+    for name, spec in load("galaxy.yml")["dependencies"].items():
+        assert "%s `%s`" % (name, spec) in text, "the README's support matrix lacks %s %s" % (name, spec)
+
+
 def test_copying_is_the_gpl3_the_collection_declares() -> None:
     assert load("galaxy.yml")["license"] == ["GPL-3.0-or-later"]
     text = (ROOT / "COPYING").read_text()
