@@ -136,10 +136,10 @@ def test_the_version_is_the_next_release_while_changes_are_pending() -> None:
         assert version >= latest, "galaxy.yml's version %s is older than the release %s" % (version, latest)
         return
     names = ", ".join(sorted(pending))
+    released_on = releases.get(str(version), {}).get("release_date", "?")
     assert str(version) not in releases and version not in released, (
         "galaxy.yml's version %s was released on %s, and %d fragment(s) are pending (%s): bump galaxy.yml's "
-        "version to the next release's" % (version, releases.get(str(version), {}).get("release_date", "?"),
-                                          len(pending), names))
+        "version to the next release's" % (version, released_on, len(pending), names))
     assert version > latest, "galaxy.yml's version %s is older than the release %s" % (version, latest)
     features = sorted(name for name, sections in pending.items() if sections & _FEATURE_SECTIONS)
     if features:
@@ -245,9 +245,9 @@ def closure(names: set[str]) -> set[str]:
 
 def undeclared(found: dict[str, set[str]], declared: set[str]) -> list[str]:
     by_name = providers()
-    return ["%s (imported by %s; provided by %s)" % (name, ", ".join(sorted(files)),
-                                                   ", ".join(sorted(by_name.get(name, ()))) or "nothing installed")
-            for name, files in sorted(found.items()) if not by_name.get(name, set()) & declared]
+    return ["%s (imported by %s; provided by %s)" % (
+        name, ", ".join(sorted(files)), ", ".join(sorted(by_name.get(name, ()))) or "nothing installed")
+        for name, files in sorted(found.items()) if not by_name.get(name, set()) & declared]
 
 
 def test_every_python_import_of_the_collection_is_declared() -> None:

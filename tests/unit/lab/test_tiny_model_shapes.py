@@ -27,8 +27,8 @@ def tiny_shapes() -> dict[int, dict[str, int]]:
             shapes = {}
             for key, value in zip(node.value.keys, node.value.values):
                 fields = {keyword.arg: ast.literal_eval(keyword.value) for keyword in value.keywords}
-                shapes[ast.literal_eval(key)] = {"attention_heads": fields["num_attention_heads"],
-                                                  "kv_heads": fields["num_key_value_heads"]}
+                shapes[ast.literal_eval(key)] = {
+                    "attention_heads": fields["num_attention_heads"], "kv_heads": fields["num_key_value_heads"]}
             return shapes
     raise AssertionError("lab/tiny_model.py has no SHAPES")
 
