@@ -270,4 +270,3 @@ def launch_refusal(enabled: bool, order: Sequence[str], states: dict) -> str | N
     return (f"The firewall is on (dgxspark_vllm_firewall) but its table is not in place ({whys}): the engine's ports "
             "would answer the whole LAN. Apply it with playbooks/firewall.yml (or site.yml --tags firewall) and launch "
             "again, or set dgxspark_vllm_firewall: false to serve without it.")
-

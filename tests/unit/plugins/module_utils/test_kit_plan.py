@@ -64,8 +64,8 @@ def _state(cid: str | None, running_: bool = True, image_id: str | None = "sha25
            staging_lock: bool = False, firewall: bool = True) -> dict[str, Any]:
     return {"container": {"exists": cid is not None, "running": running_, "id": cid}, "image_id": image_id,
             "staging_lock": staging_lock,
-            "firewall": {"present": True, "why": ""} if firewall else {"present": False,
-                                                                         "why": "the table inet dgxspark is not loaded"}}
+            "firewall": ({"present": True, "why": ""} if firewall
+                         else {"present": False, "why": "the table inet dgxspark is not loaded"})}
 
 
 def _record(document: Any) -> dict[str, Any]:
