@@ -7,28 +7,16 @@ with what the nodes showed to the pure planner (module_utils/_firewall.py); neve
 """
 from __future__ import annotations
 
-import ipaddress
 import json
-import socket
 from typing import Any
 
 from ansible_collections.dgxspark.vllm.plugins.module_utils._firewall import ARGUMENT_SPEC, FirewallError, plan
 from ansible_collections.dgxspark.vllm.plugins.module_utils._profiles import plain
+from ansible_collections.dgxspark.vllm.plugins.plugin_utils._addresses import resolve
 from ansible_collections.dgxspark.vllm.plugins.plugin_utils._controller_action import (
     ControllerAction,
     ControllerTaskError,
 )
-
-
-def _resolve(address: str) -> str:
-    try:
-        return str(ipaddress.ip_address(address))
-    except ValueError:
-        pass
-    try:
-        return str(socket.getaddrinfo(address, None)[0][4][0])
-    except (OSError, IndexError, UnicodeError):
-        return ""
 
 
 class ActionModule(ControllerAction):
@@ -36,7 +24,7 @@ class ActionModule(ControllerAction):
 
     def run_task(self, params: dict[str, Any], check_mode: bool, diff: bool) -> dict[str, Any]:
         params = plain(params)
-        reached = {host: _resolve(str(address or "")) for host, address in params["reached"].items()}
+        reached = {host: resolve(str(address or "")) for host, address in params["reached"].items()}
         addresses = {}
         for host, listing in params["addresses"].items():
             try:   # the nodes' `ip -j addr show` output as it came, or already parsed
