@@ -472,7 +472,7 @@ CONFIG_ARGUMENT_SPEC: dict[str, Any] = dict(
 
 def ssh_alias(host: str) -> str:
     """The Host alias of a worker in the guard's own ssh_config."""
-    return "dgxspark-guard-" + "".join(ch if ch.isalnum() or ch in "-." else "-" for ch in host)
+    return "dgxspark-guard-" + "".join(ch if (ch.isascii() and ch.isalnum()) or ch in "-." else "-" for ch in host)
 
 
 _HOST_LABEL = re.compile(r"^(?!-)[A-Za-z0-9_-]{1,63}(?<!-)$")   # underscores: names /etc/hosts may give
@@ -487,7 +487,7 @@ def management_address_problem(host: str, address: str) -> str | None:
     except ValueError:
         pass
     name = address[:-1] if address.endswith(".") else address
-    if 0 < len(name) <= 253 and all(_HOST_LABEL.match(label) for label in name.split(".")):
+    if 0 < len(name) <= 253 and all(_HOST_LABEL.fullmatch(label) for label in name.split(".")):
         return None
     return (f"worker {host}: its ansible_host {address!r} is neither an IP address nor a host name, so it cannot be "
             "the guard's HostName (set ansible_host to the worker's management address or DNS name)")

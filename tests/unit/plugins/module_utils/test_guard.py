@@ -476,6 +476,7 @@ def test_ssh_alias():
     assert G.ssh_alias("spark_2.lab") == "dgxspark-guard-spark-2.lab"
     assert G.ssh_alias("spark-3") == "dgxspark-guard-spark-3"
     assert G.ssh_alias("a b/c@d") == "dgxspark-guard-a-b-c-d"
+    assert G.ssh_alias("sp\u00e4rk") == "dgxspark-guard-sp-rk"     # ASCII only: an ssh_config Host alias
 
 
 def test_build_document_head_first_and_parses():
@@ -507,8 +508,8 @@ def test_a_worker_address_is_an_ip_or_a_host_name(address):
     assert G.management_address_problem("spark_2.lab", address) is None
 
 
-@pytest.mark.parametrize("address", ["192.168.1.12\n  ProxyCommand sh -c id", "spark 2", "spark\"2", "-oProxyCommand=x",
-                                     "a..b", "x" * 64 + ".lab", "host%name"])
+@pytest.mark.parametrize("address", ["192.168.1.12\n  ProxyCommand sh -c id", "spark-2\n", "spark-2.lab\n", "spark 2",
+                                     "spark\"2", "-oProxyCommand=x", "a..b", "x" * 64 + ".lab", "host%name"])
 def test_an_address_that_would_add_to_the_ssh_config_is_refused(address):
     with pytest.raises(G.GuardConfigError) as info:
         G.build_document(CLUSTER, dict(ADDRESSES, **{"spark_2.lab": address}), {}, "/s", "/m")
