@@ -41,7 +41,7 @@ class GuardConfigError(ValueError):
 class Rank:
     name: str            # inventory hostname
     role: str            # head | worker
-    docker_host: str     # "" for the head's own engine, else ssh://ALIAS (Docker's SSH transport)
+    ssh_host: str        # "" for the head's own engine, else the worker's Host alias in the guard's ssh_config
     cx7_ip: str
 
 
@@ -69,6 +69,7 @@ class GuardConfig:
     max_failed_restores: int = 3            # failed restores in `window_seconds` before giving up
     window_seconds: float = 3600.0
     log_lines: int = 30
+    ssh_config: str = "/etc/dgxspark/guard/ssh_config"   # the guard's own ssh_config (its key, the workers' aliases)
 
     @property
     def head(self) -> Rank:
@@ -84,6 +85,8 @@ _FLOATS = ("interval_seconds", "probe_interval_seconds", "probe_timeout_seconds"
            "window_seconds", "stall_seconds", "progress_seconds")
 _INTS = ("max_failed_restores", "log_lines")
 _STRINGS = ("container", "api_url", "served_model_name", "state_path", "maintenance_path")
+_OPTIONAL_PATHS = ("ssh_config",)
+_SSH_HOST = re.compile(r"[A-Za-z0-9][A-Za-z0-9.-]{0,200}")   # what ssh_alias() makes: never an option, never a space
 
 
 def parse_config(data: Any) -> GuardConfig:
@@ -91,13 +94,21 @@ def parse_config(data: Any) -> GuardConfig:
     problems: list[str] = []
     if not isinstance(data, dict):
         raise GuardConfigError([f"the guard configuration must be a JSON object, got {type(data).__name__}"])
-    known = set(_FLOATS + _INTS + _STRINGS + ("ranks", "budgets"))
+    known = set(_FLOATS + _INTS + _STRINGS + _OPTIONAL_PATHS + ("ranks", "budgets"))
     problems += [f"unknown key {key!r}" for key in sorted(data) if key not in known and not key.startswith("_")]
     values: dict[str, Any] = {}
     for key in _STRINGS:
         value = data.get(key)
         if not isinstance(value, str) or not value.strip():
             problems.append(f"{key} must be a non-empty string, got {value!r}")
+        else:
+            values[key] = value
+    for key in _OPTIONAL_PATHS:
+        if key not in data:
+            continue
+        value = data[key]
+        if not isinstance(value, str) or not value.startswith("/"):
+            problems.append(f"{key} must be an absolute path, got {value!r}")
         else:
             values[key] = value
     for key in _FLOATS + _INTS:
@@ -129,18 +140,18 @@ def _parse_ranks(raw: Any, problems: list[str]) -> tuple[Rank, ...]:
         return ()
     ranks = []
     for pos, item in enumerate(raw):
-        if not isinstance(item, dict) or not all(isinstance(item.get(k), str) for k in ("name", "role", "docker_host", "cx7_ip")):
-            problems.append(f"ranks[{pos}] must have the strings name, role, docker_host and cx7_ip, got {item!r}")
+        if not isinstance(item, dict) or not all(isinstance(item.get(k), str) for k in ("name", "role", "ssh_host", "cx7_ip")):
+            problems.append(f"ranks[{pos}] must have the strings name, role, ssh_host and cx7_ip, got {item!r}")
             continue
-        rank = Rank(name=item["name"], role=item["role"], docker_host=item["docker_host"], cx7_ip=item["cx7_ip"])
+        rank = Rank(name=item["name"], role=item["role"], ssh_host=item["ssh_host"], cx7_ip=item["cx7_ip"])
         want = "head" if pos == 0 else "worker"
         if rank.role != want:
             problems.append(f"ranks[{pos}] ({rank.name}) must be the {want}, got role {rank.role!r}")
-        if pos == 0 and rank.docker_host:
-            problems.append(f"the head ({rank.name}) is the guard's own node: its docker_host must be empty")
-        if pos > 0 and not rank.docker_host.startswith("ssh://"):
-            problems.append(f"worker {rank.name}: docker_host must be ssh://... (Docker's SSH transport), "
-                            f"got {rank.docker_host!r}")
+        if pos == 0 and rank.ssh_host:
+            problems.append(f"the head ({rank.name}) is the guard's own node: its ssh_host must be empty")
+        if pos > 0 and not _SSH_HOST.fullmatch(rank.ssh_host):
+            problems.append(f"worker {rank.name}: ssh_host must be its Host alias in the guard's ssh_config (letters, "
+                            f"digits, dots and dashes, not first), got {rank.ssh_host!r}")
         ranks.append(rank)
     names = [rank.name for rank in ranks]
     if len(set(names)) != len(names):
@@ -467,6 +478,16 @@ CONFIG_ARGUMENT_SPEC: dict[str, Any] = dict(
     serving=dict(type="dict", default={}),
     armed_state=dict(type="str"),
     maintenance_held=dict(type="bool", default=False),
+    ssh_config=dict(type="path", default="/etc/dgxspark/guard/ssh_config"),
+    access=dict(type="dict", apply_defaults=True, options=dict(
+        user=dict(type="str", default="dgxspark-guard"),
+        python=dict(type="path", default="/usr/bin/python3"),
+        program=dict(type="path", default="/usr/local/lib/dgxspark-guard/dgxspark_guard_worker.py"),
+        home=dict(type="path", default="/var/lib/dgxspark-guard"),
+        sudoers_path=dict(type="path", default="/etc/sudoers.d/dgxspark-guard"),
+        ssh_from=dict(type="list", elements="str", default=[]),
+    )),
+    access_read=dict(type="dict"),
 )
 
 
@@ -494,9 +515,10 @@ def management_address_problem(host: str, address: str) -> str | None:
 
 
 def build_document(cluster: dict[str, Any], addresses: dict[str, str], tunables: dict[str, Any], state_path: str,
-                   maintenance_path: str) -> dict[str, Any]:
+                   maintenance_path: str, ssh_config: str | None = None) -> dict[str, Any]:
     """The guard's configuration document from the resolved cluster configuration (dgxspark_vllm_config), each
-    worker's management address and the guard role's tunables; GuardConfigError when it cannot be used."""
+    worker's management address, the guard role's tunables and paths (``ssh_config``: the guard's own, on the head;
+    None: the guard's default); GuardConfigError when it cannot be used."""
     problems = [f"unknown guard setting {key!r} (known: {', '.join(TUNABLES)})" for key in tunables if key not in TUNABLES]
     workers = list(cluster.get("workers") or [])
     problems += [f"no management address for worker {host} (its ansible_host)" for host in workers
@@ -507,8 +529,8 @@ def build_document(cluster: dict[str, Any], addresses: dict[str, str], tunables:
         raise GuardConfigError(problems)
     nodes = cluster["nodes"]
     head = cluster["head"]
-    ranks = [{"name": head, "role": "head", "docker_host": "", "cx7_ip": nodes[head]["cx7_ip"]}]
-    ranks += [{"name": host, "role": "worker", "docker_host": "ssh://" + ssh_alias(host), "cx7_ip": nodes[host]["cx7_ip"]}
+    ranks = [{"name": head, "role": "head", "ssh_host": "", "cx7_ip": nodes[head]["cx7_ip"]}]
+    ranks += [{"name": host, "role": "worker", "ssh_host": ssh_alias(host), "cx7_ip": nodes[host]["cx7_ip"]}
               for host in workers]
     doc: dict[str, Any] = {
         "_comment": "Managed by Ansible (role dgxspark.vllm.guard): local changes are overwritten.",
@@ -519,6 +541,8 @@ def build_document(cluster: dict[str, Any], addresses: dict[str, str], tunables:
         "state_path": state_path,
         "maintenance_path": maintenance_path,
     }
+    if ssh_config is not None:
+        doc["ssh_config"] = ssh_config
     doc.update({key: value for key, value in tunables.items() if value is not None})
     parse_config(doc)
     return doc

@@ -10,9 +10,13 @@ short_description: Build and check the group guard's configuration from the reso
 version_added: 0.2.0
 description:
   - Builds the JSON document the group guard (role C(dgxspark.vllm.guard)) runs with - the ranks in rank order
-    (the head, then the workers with their C(ssh://) Docker hosts), the serve container, the head's API, the
-    state and maintenance files and the timing tunables - and checks it with the guard's own parser.
-  - Each worker's management address is its C(ansible_host) (the inventory name when unset).
+    (the head, then the workers with their Host aliases in the guard's own ssh_config), the serve container, the
+    head's API, the state and maintenance files and the timing tunables - and checks it with the guard's own parser.
+  - Plans what the guard's SSH key may do on each worker (RV(access)) - its forced command (the guard's worker program,
+    run as root through one sudoers rule), its C(authorized_keys) options (C(restrict), C(from=) the head's
+    addresses) - and, given what the nodes hold (O(access_read)), whether that is installed as planned.
+  - Each worker's management address is its C(ansible_host) (the inventory name when unset); the head's is resolved
+    on the controller, as the SSH client would resolve it.
   - Runs on the controller only (an action plugin); it never connects to a node.
 author:
   - dgxspark.vllm contributors (@dgxspark)
@@ -89,6 +93,49 @@ options:
     description: Whether the maintenance lock file exists on the head, as read in this run.
     type: bool
     default: false
+  ssh_config:
+    description: The guard's own ssh_config on the head (its key, the workers' aliases), written into the document.
+    type: path
+    default: /etc/dgxspark/guard/ssh_config
+  access:
+    description: The settings of the guard's SSH access to the workers.
+    type: dict
+    suboptions:
+      user:
+        description: The account on each worker the guard's key logs in as (in no docker group).
+        type: str
+        default: dgxspark-guard
+      python:
+        description: The workers' Python 3, which runs the worker program.
+        type: path
+        default: /usr/bin/python3
+      program:
+        description: The worker program's path on each worker (its file name that of the O(payload) file it installs).
+        type: path
+        default: /usr/local/lib/dgxspark-guard/dgxspark_guard_worker.py
+      home:
+        description: The account's home on each worker (root's; its C(.ssh/authorized_keys) holds the guard's key).
+        type: path
+        default: /var/lib/dgxspark-guard
+      sudoers_path:
+        description: The sudoers drop-in on each worker that lets the account run the forced command as root.
+        type: path
+        default: /etc/sudoers.d/dgxspark-guard
+      ssh_from:
+        description:
+          - More addresses or networks the workers accept the guard's key from, besides the head's management address
+            (its C(ansible_host), resolved) and its CX7 address.
+        type: list
+        elements: str
+        default: []
+  access_read:
+    description:
+      - What the nodes hold of the guard's access, as read in this run - C(head_public_key) (the text of the head's
+        public key, null when absent) and C(workers), per worker the files M(dgxspark.vllm.service_files_info) read
+        there (each with C(path), C(exists), C(sha256) and C(content)) - its C(authorized_keys) and the sudoers
+        drop-in read, the worker program with its SHA-256; other files are ignored.
+      - Given, RV(current) is also false unless they hold the access as planned (a teardown removed it).
+    type: dict
 """
 
 EXAMPLES = r"""
@@ -116,10 +163,20 @@ workers:
 current:
   description:
     - Whether O(installed) is this document, C(_install) fingerprint included - the same configuration, program,
-      module_utils, unit and settings are on the head already.
+      module_utils, unit, settings and SSH access are on the head already - and, with O(access_read), whether the nodes
+      hold the access as planned.
   returned: success
   type: bool
   sample: true
+access:
+  description:
+    - The guard's SSH access to the workers - C(user), C(program) (the worker program's path on the workers), C(from)
+      (the addresses its key is accepted from), C(command) (the forced command, as a list), C(key_options) (the
+      C(authorized_keys) options), C(sudoers) (the sudoers drop-in's text), and with O(access_read) C(drift) (why what
+      the nodes hold is not that; empty when it is).
+  returned: success
+  type: dict
+  sample: {"user": "dgxspark-guard", "from": ["192.168.1.11", "192.168.100.1"], "drift": []}
 arm:
   description:
     - Whether the run must arm the guard now. False only when the guard is installed as planned (RV(current)), its

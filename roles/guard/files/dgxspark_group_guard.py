@@ -6,8 +6,10 @@ Runs on the head as a systemd service. It watches every rank's serve container a
 the group is broken, restores it in the recipe's order: stop the head (bounded, then killed), then every
 worker; start the workers' existing containers and wait until each reached its rendezvous; start the head and
 wait until it serves. It creates and renders nothing: it starts and stops the containers the launch created.
-The workers' Docker engines are reached through Docker's own SSH transport (DOCKER_HOST=ssh://...), with a
-key each worker accepts for ``docker system dial-stdio`` only.
+The head's own Docker is its local engine; a worker's is reached with ``ssh ALIAS OPERATION`` (the guard's own
+ssh_config, one master connection per worker), whose key that worker accepts for its forced command only: the
+guard's worker program (dgxspark_guard_worker.py), which runs the guard's few Docker operations on the serve
+container and refuses anything else.
 
 Standard library only, Python 3.8 or later. The decisions (broken or not, restore, back off, give up) and
 the startup phases come from the collection's module_utils, installed next to this file.
@@ -21,6 +23,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shlex
 import signal
 import socket
 import subprocess
@@ -44,7 +47,7 @@ from ansible_collections.dgxspark.vllm.plugins.module_utils._vllm_log import par
 
 LOG_ERR, LOG_WARNING, LOG_NOTICE, LOG_INFO = 3, 4, 5, 6
 EXIT_OK, EXIT_FAILED, EXIT_CONFIG = 0, 1, 2
-SSH_WRAPPER_DIR = "bin"   # next to this file: an `ssh` that adds the guard's own ssh_config (-F)
+SSH = "/usr/bin/ssh"
 
 
 def log(priority: int, message: str) -> None:
@@ -69,38 +72,48 @@ def sd_notify(message: str) -> None:
 # ------------------------------------------------------------------------------------------------ Docker
 
 class Docker:
-    """The docker CLI against one node's engine (local, or ssh:// through Docker's SSH transport)."""
+    """The docker CLI against one node's engine: the head's own (local), or a worker's through its forced command
+    (``ssh -F SSH_CONFIG ALIAS 'OPERATION ...'``: the same docker arguments, quoted into one request the worker program
+    splits and checks against the guard's operations before it runs docker with them)."""
 
-    def __init__(self, rank: G.Rank, timeout: float = 30.0, runner=None) -> None:
+    def __init__(self, rank: G.Rank, timeout: float = 30.0, runner=None,
+                 ssh_config: str = G.GuardConfig.ssh_config) -> None:
         self.rank = rank
         self.timeout = timeout
+        self.ssh_config = ssh_config
         self._runner = runner or self._subprocess
 
     def _env(self) -> dict:
         env = dict(os.environ)
-        here = os.path.dirname(os.path.abspath(__file__))
-        env["PATH"] = os.path.join(here, SSH_WRAPPER_DIR) + os.pathsep + env.get("PATH", "/usr/bin:/bin")
-        if self.rank.docker_host:
-            env["DOCKER_HOST"] = self.rank.docker_host
-        else:
-            env.pop("DOCKER_HOST", None)
+        env.pop("DOCKER_HOST", None)    # the head's own engine, never another one
+        env.pop("DOCKER_CONTEXT", None)
         return env
+
+    def argv(self, args: list) -> list:
+        """The command line that runs `docker ARGS` on this rank's node."""
+        if not self.rank.ssh_host:
+            return ["docker"] + list(args)
+        return [SSH, "-F", self.ssh_config, self.rank.ssh_host, shlex.join(args)]
 
     def _subprocess(self, argv: list, timeout: float) -> tuple:
         try:
-            proc = subprocess.run(argv, capture_output=True, text=True, timeout=timeout, env=self._env(), check=False)
+            proc = subprocess.run(argv, stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=timeout,
+                                  env=self._env(), check=False)
         except subprocess.TimeoutExpired:
-            return 124, "", "%s timed out after %g s" % (" ".join(argv[:3]), timeout)
+            what = " ".join(argv[:3]) if argv[0] == "docker" else "ssh %s %s" % (argv[-2], argv[-1][:60])
+            return 124, "", "%s timed out after %g s" % (what, timeout)
         except OSError as exc:
             return 127, "", str(exc)
         return proc.returncode, proc.stdout, proc.stderr
 
     def run(self, *args: str, timeout: float | None = None) -> tuple:
-        return self._runner(["docker"] + list(args), timeout or self.timeout)
+        return self._runner(self.argv(list(args)), timeout or self.timeout)
 
     def run_command(self, argv: list) -> tuple:
-        """AnsibleModule.run_command's shape, for _docker_logs.read_container_logs."""
-        return self._runner(argv, self.timeout)
+        """AnsibleModule.run_command's shape, for _docker_logs.read_container_logs (``docker ARGS``)."""
+        if not argv or argv[0] != "docker":
+            raise ValueError("not a docker command line: %r" % (argv,))
+        return self.run(*argv[1:])
 
     def inspect(self, name: str) -> G.RankObservation:
         rc, out, err = self.run("inspect", "--format", "{{json .State}}", name)
@@ -315,7 +328,7 @@ class Guard:
     def __init__(self, config: G.GuardConfig, docker_factory=Docker, clock=time.time, sleep=time.sleep,
                  proc_net_tcp=None) -> None:
         self.config = config
-        self.nodes = {rank.name: docker_factory(rank) for rank in config.ranks}
+        self.nodes = {rank.name: docker_factory(rank, ssh_config=config.ssh_config) for rank in config.ranks}
         self.clock = clock
         self.sleep = sleep
         self.proc_net_tcp = proc_net_tcp or (lambda: read_text("/proc/net/tcp") or "")

@@ -3,9 +3,12 @@
 """Tests for roles/guard: the group guard daemon (roles/guard/files/dgxspark_group_guard.py) on fake nodes.
 
 The program is a standalone script, imported by path. Each rank's Docker engine is an in-memory model behind
-the runner the daemon's Docker class calls (`docker inspect/start/stop/kill/unpause/logs` as argv lists); the
-serve containers log the fixture lines of tests/fixtures/vllm_logs as the fake clock passes, so the restore's
-waits complete through the real phase detection. Every docker command is journalled with the clock and node.
+the runner the daemon's Docker class calls (`docker inspect/start/stop/kill/unpause/logs` as argv lists on the head;
+on a worker, the guard's `ssh -F SSH_CONFIG ALIAS REQUEST`, whose request goes through the worker's own forced
+command, roles/guard/files/dgxspark_guard_worker.py, exactly as sshd would hand it over: every request the guard
+sends in these tests must be one that program allows); the serve containers log the fixture lines of
+tests/fixtures/vllm_logs as the fake clock passes, so the restore's waits complete through the real phase detection.
+Every docker command is journalled with the clock and node.
 """
 from __future__ import annotations
 
@@ -27,6 +30,8 @@ from ansible_collections.dgxspark.vllm.plugins.module_utils import _guard as G
 
 ROOT = Path(__file__).resolve().parents[3]
 SCRIPT = ROOT / "roles" / "guard" / "files" / "dgxspark_group_guard.py"
+WORKER_SCRIPT_PATH = ROOT / "roles" / "guard" / "files" / "dgxspark_guard_worker.py"
+SSH_CONFIG = "/etc/dgxspark/guard/ssh_config"
 T0 = 1_800_000_000.0
 HEAD, W1, W2 = "spark1", "spark2", "spark3"
 CX7 = {HEAD: "10.77.1.11", W1: "10.77.1.12", W2: "10.77.1.13"}
@@ -35,6 +40,8 @@ MUTATING = ("start", "stop", "kill", "unpause")
 
 
 prog = load_program(SCRIPT, "dgxspark_group_guard")
+worker_program = load_program(WORKER_SCRIPT_PATH, "dgxspark_guard_worker")
+NODES_MADE = []     # every fake node of a test: none may have been sent a request its worker program refuses
 
 
 def script_from_fixture(name: str, first: float, step: float = 1.0) -> list:
@@ -111,22 +118,37 @@ class Container:
 
 
 class Node:
-    """One node's Docker engine, as the docker CLI answers for it (the runner the daemon's Docker class calls)."""
+    """One node's Docker engine, as the docker CLI answers for it (the runner the daemon's Docker class calls): the
+    head's own, or a worker's behind its forced command (the worker program parses what the guard's ssh sends)."""
 
-    def __init__(self, name: str, clock: Clock, journal: list, script: list) -> None:
+    def __init__(self, name: str, clock: Clock, journal: list, script: list, remote: bool = False) -> None:
         self.name = name
         self.clock = clock
         self.journal = journal
         self.container: Container | None = Container(script)
         self.reachable = True
         self.start_rc = 0
+        self.remote = remote
+        self.refused = []   # the requests its forced command refused
+        NODES_MADE.append(self)
 
     def __call__(self, argv: list, timeout: float) -> tuple:
-        assert argv[0] == "docker" and timeout > 0
-        args = list(argv[1:])
+        assert timeout > 0
+        if self.remote:
+            assert argv[:-1] == [prog.SSH, "-F", SSH_CONFIG, G.ssh_alias(self.name)], argv
+            if not self.reachable:
+                return 255, "", "ssh: connect to host %s port 22: No route to host\n" % self.name
+            try:   # what sshd hands the forced command as SSH_ORIGINAL_COMMAND: the ssh client's one argument
+                args = worker_program.parse_request(argv[-1], CONTAINER)
+            except worker_program.Refused as exc:
+                self.refused.append(argv[-1])
+                return worker_program.EXIT_REFUSED, "", "dgxspark-guard-worker: refused: %s\n" % exc
+        else:
+            assert argv[0] == "docker", argv
+            args = list(argv[1:])
         self.journal.append((self.clock.now, self.name, tuple(args)))
         if not self.reachable:
-            return 1, "", "error during connect: ssh: connect to host %s port 22: No route to host" % self.name
+            return 1, "", "Cannot connect to the Docker daemon at unix:///var/run/docker.sock"
         verb, name = args[0], args[-1]
         box = self.container if name == CONTAINER else None
         if box is None:
@@ -227,14 +249,14 @@ class Rig:
         self.journal = []
         self.tcp = tcp_table([CX7[W1], CX7[W2]])
         self.nodes = {HEAD: Node(HEAD, self.clock, self.journal, HEAD_SCRIPT),
-                      W1: Node(W1, self.clock, self.journal, WORKER_SCRIPT),
-                      W2: Node(W2, self.clock, self.journal, WORKER_SCRIPT)}
+                      W1: Node(W1, self.clock, self.journal, WORKER_SCRIPT, remote=True),
+                      W2: Node(W2, self.clock, self.journal, WORKER_SCRIPT, remote=True)}
         for name in (W1, W2, HEAD):       # the launch: workers, then the head; the group serves at T0
             self.nodes[name].container.start(self.clock.now - 600)
         self.doc = {
             "container": CONTAINER,
-            "ranks": [{"name": HEAD, "role": "head", "docker_host": "", "cx7_ip": CX7[HEAD]}] + [
-                {"name": w, "role": "worker", "docker_host": "ssh://" + G.ssh_alias(w), "cx7_ip": CX7[w]} for w in (W1, W2)],
+            "ranks": [{"name": HEAD, "role": "head", "ssh_host": "", "cx7_ip": CX7[HEAD]}] + [
+                {"name": w, "role": "worker", "ssh_host": G.ssh_alias(w), "cx7_ip": CX7[w]} for w in (W1, W2)],
             "api_url": "http://127.0.0.1:8000",
             "served_model_name": "glm",
             "state_path": str(tmp_path / "lib" / "state.json"),
@@ -248,7 +270,7 @@ class Rig:
         self.guard.probe = self.probe
 
     def new_guard(self):
-        return prog.Guard(self.config, docker_factory=lambda rank: prog.Docker(rank, runner=self.nodes[rank.name]),
+        return prog.Guard(self.config, docker_factory=lambda rank, **kw: prog.Docker(rank, runner=self.nodes[rank.name], **kw),
                           clock=self.clock, sleep=self.clock.sleep, proc_net_tcp=lambda: self.tcp)
 
     @property
@@ -278,6 +300,14 @@ class Rig:
         path = Path(self.config.maintenance_path)
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(json.dumps(G.maintenance_document(holder, self.clock.now, ttl)), encoding="utf-8")
+
+
+@pytest.fixture(autouse=True)
+def no_request_refused():
+    """Every request a test's guard sent to a worker was one the worker's forced command runs."""
+    NODES_MADE.clear()
+    yield
+    assert {node.name: node.refused for node in NODES_MADE if node.refused} == {}
 
 
 @pytest.fixture(name="rig")
@@ -640,7 +670,7 @@ def test_arm_refuses_when_a_rank_is_not_running(rig):
 
 def test_arm_refuses_when_a_node_does_not_answer(rig):
     rig.nodes[W2].reachable = False
-    with pytest.raises(RuntimeError, match="cannot arm: spark3: error during connect"):
+    with pytest.raises(RuntimeError, match="cannot arm: spark3: ssh: connect to host spark3 port 22: No route to host"):
         rig.guard.arm("launch.yml")
 
 
@@ -760,14 +790,69 @@ def test_disarm_by_another_process_is_picked_up_by_tick(rig):
 def test_docker_inspect_answers(rig):
     docker = rig.guard.nodes[W1]
     assert docker.inspect(CONTAINER) == G.RankObservation(W1, running=True, started_at=stamp(T0 - 600), exit_code=0)
-    assert docker.inspect("other") == G.RankObservation(W1, exists=False)
+    assert rig.guard.nodes[HEAD].inspect("other") == G.RankObservation(HEAD, exists=False)
     rig.nodes[W1].reachable = False
     obs = docker.inspect(CONTAINER)
     assert (obs.reachable, obs.exists) == (False, False) and "No route to host" in obs.error
 
 
+def test_a_request_the_worker_refuses_is_an_unreachable_docker_naming_the_refusal(rig):
+    obs = rig.guard.nodes[W1].inspect("other")
+    assert obs == G.RankObservation(W1, reachable=False, exists=False, error=(
+        "dgxspark-guard-worker: refused: this key acts on the serve container vllm_glm53 only, not on 'other'"))
+    # the workers' containers' environment (the API key, the HF token) is not to be read through the guard's key:
+    # the guard reads the key from the head's own container only
+    assert rig.guard.nodes[W1].env_value(CONTAINER, "VLLM_API_KEY") is None
+    assert rig.nodes[W1].refused == ["inspect --format '{{json .State}}' other",
+                                     "inspect --format '{{json .Config.Env}}' vllm_glm53"]
+    rig.nodes[W1].refused.clear()
+
+
+def test_the_head_runs_docker_and_a_worker_is_asked_through_its_forced_command():
+    head = prog.Docker(G.Rank(HEAD, "head", "", CX7[HEAD]))
+    worker = prog.Docker(G.Rank(W1, "worker", G.ssh_alias(W1), CX7[W1]), ssh_config="/etc/g/ssh_config")
+    args = ["inspect", "--format", "{{json .State}}", CONTAINER]
+    assert head.argv(args) == ["docker"] + args
+    assert worker.argv(args) == ["/usr/bin/ssh", "-F", "/etc/g/ssh_config", "dgxspark-guard-spark2",
+                                 "inspect --format '{{json .State}}' vllm_glm53"]
+    assert prog.Docker(G.Rank(W1, "worker", "a", "")).ssh_config == "/etc/dgxspark/guard/ssh_config"
+
+
+def test_every_operation_of_the_guard_is_one_the_worker_runs_with_the_same_argv():
+    """Each docker command the guard's Docker class sends to a worker reaches docker there with exactly its argv."""
+    sent = []
+
+    def runner(argv, timeout):
+        sent.append(argv)
+        if "--format" in argv[-1]:
+            return 0, json.dumps({"Running": len(sent) < 5, "Paused": len(sent) == 1, "StartedAt": stamp(T0)}), ""
+        return 0, "", ""
+
+    docker = prog.Docker(G.Rank(W1, "worker", G.ssh_alias(W1), CX7[W1]), runner=runner)
+    docker.stop(CONTAINER, 0)             # inspect (paused), unpause, stop, inspect (running), kill, inspect
+    docker.start(CONTAINER)
+    docker.logs(CONTAINER)
+    docker.logs(CONTAINER, since=stamp(T0))
+    through = []
+    for argv in sent:
+        assert argv[:4] == [prog.SSH, "-F", SSH_CONFIG, G.ssh_alias(W1)] and len(argv) == 5
+        through.append(worker_program.parse_request(argv[4], CONTAINER))
+    assert through == [
+        ["inspect", "--format", "{{json .State}}", CONTAINER],
+        ["unpause", CONTAINER],
+        ["stop", "--time", "0", CONTAINER],
+        ["inspect", "--format", "{{json .State}}", CONTAINER],
+        ["kill", CONTAINER],
+        ["inspect", "--format", "{{json .State}}", CONTAINER],
+        ["start", CONTAINER],
+        ["logs", "--timestamps", CONTAINER],
+        ["logs", "--timestamps", "--since", stamp(T0), CONTAINER],
+    ]
+    assert {argv[0] for argv in through} == set(worker_program.OPERATIONS)   # and the worker allows no other
+
+
 def test_docker_inspect_unreadable_output():
-    rank = G.Rank(W1, "worker", "ssh://x", CX7[W1])
+    rank = G.Rank(W1, "worker", "dgxspark-guard-x", CX7[W1])
     docker = prog.Docker(rank, runner=lambda argv, timeout: (0, "<html>", ""))
     assert docker.inspect(CONTAINER) == G.RankObservation(W1, reachable=False, exists=False, error="unreadable inspect output")
     docker = prog.Docker(rank, runner=lambda argv, timeout: (125, "", ""))
@@ -781,13 +866,30 @@ def test_docker_env_value(rig):
     assert docker.env_value("other", "VLLM_API_KEY") is None
 
 
-def test_docker_env_points_at_the_node(monkeypatch):
+def test_docker_env_is_the_heads_own_engine(monkeypatch):
     monkeypatch.setenv("DOCKER_HOST", "tcp://elsewhere:2375")
-    head = prog.Docker(G.Rank(HEAD, "head", "", CX7[HEAD]))._env()
-    worker = prog.Docker(G.Rank(W1, "worker", "ssh://dgxspark-guard-spark2", CX7[W1]))._env()
-    assert "DOCKER_HOST" not in head
-    assert worker["DOCKER_HOST"] == "ssh://dgxspark-guard-spark2"
-    assert worker["PATH"].split(os.pathsep)[0] == str(SCRIPT.parent / "bin")
+    monkeypatch.setenv("DOCKER_CONTEXT", "elsewhere")
+    env = prog.Docker(G.Rank(HEAD, "head", "", CX7[HEAD]))._env()
+    assert "DOCKER_HOST" not in env and "DOCKER_CONTEXT" not in env
+
+
+def test_the_guard_builds_each_nodes_docker_with_its_ssh_config(tmp_path):
+    rig = Rig(tmp_path, ssh_config="/etc/g/ssh_config")
+    guard = prog.Guard(rig.config)
+    assert {name: node.ssh_config for name, node in guard.nodes.items()} == dict.fromkeys((HEAD, W1, W2), "/etc/g/ssh_config")
+    assert guard.nodes[W2].argv(["start", CONTAINER]) == [prog.SSH, "-F", "/etc/g/ssh_config", "dgxspark-guard-spark3",
+                                                          "start vllm_glm53"]
+
+
+def test_a_timed_out_request_names_it(monkeypatch):
+    def timeout(*_args, **_kwargs):
+        raise prog.subprocess.TimeoutExpired("ssh", 30)
+
+    monkeypatch.setattr(prog.subprocess, "run", timeout)
+    worker = prog.Docker(G.Rank(W1, "worker", G.ssh_alias(W1), CX7[W1]))
+    assert worker.run("start", CONTAINER) == (124, "", "ssh dgxspark-guard-spark2 start vllm_glm53 timed out after 30 s")
+    head = prog.Docker(G.Rank(HEAD, "head", "", CX7[HEAD]))
+    assert head.run("start", CONTAINER, timeout=120) == (124, "", "docker start vllm_glm53 timed out after 120 s")
 
 
 def test_state_file_survives_a_new_guard(rig):

@@ -4,9 +4,11 @@
 imports, the install settings), and `current` says whether the head's installed configuration is that document."""
 from __future__ import annotations
 
+import hashlib
 import json
 from pathlib import Path
 from typing import Any
+from unittest import mock
 
 import pytest
 from ansible.errors import AnsibleActionFail
@@ -24,7 +26,8 @@ def _run(tmp_path: Path, installed: str | None = None, **extra: Any) -> dict[str
     if not program.exists():
         program.write_text("print('guard')\n", encoding="utf-8")
     args: dict[str, Any] = {"config": CONFIG, "payload": [str(program)], "module_utils": MODULE_UTILS,
-                            "install": {"python": "/usr/bin/python3"}, **extra}
+                            "install": {"python": "/usr/bin/python3"}}
+    args.update(extra)
     if installed is not None:
         args["installed"] = installed
     result = run_action(ActionModule, args)
@@ -98,3 +101,106 @@ def test_arm_is_skipped_only_when_the_installed_guard_keeps_this_group(tmp_path:
     # a guard installed in this run is armed, whatever its state file says
     fresh = _run(tmp_path, serving=SERVING, armed_state=_armed(SERVING))
     assert (fresh["current"], fresh["arm"], fresh["arm_reason"]) == (False, True, "the guard is installed in this run")
+
+
+# ------------------------------------------------------------------------------------------------ the SSH access
+
+KEY = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIGm2y0kqLhS5cQ3xv0m1W0b9p6Zp2uQ0r7Y5t2m0d3Xk dgxspark-guard@spark1\n"
+
+
+@pytest.fixture(autouse=True)
+def resolver():
+    """The controller's resolver: the head's inventory name is its management address (the tests' hostvars are empty)."""
+    names = {"spark1": "10.77.0.11"}
+
+    def lookup(host, *_args, **_kwargs):
+        if host not in names:
+            raise OSError("Name or service not known")
+        return [(2, 1, 6, "", (names[host], 0))]
+
+    with mock.patch("socket.getaddrinfo", side_effect=lookup) as patched:
+        yield patched
+
+
+def _with_worker_program(tmp_path: Path, text: str = "print('worker')\n") -> Path:
+    program = tmp_path / "dgxspark_guard_worker.py"
+    program.write_text(text, encoding="utf-8")
+    return program
+
+
+def _held(access: dict[str, Any], program: Path, removed: tuple = ()) -> list[dict[str, Any]]:
+    """What the install leaves on a worker, as the guard role reads it there (its files, with the SSH host key), less
+    the files `removed`."""
+    texts = [("/etc/ssh/ssh_host_ed25519_key.pub", "ssh-ed25519 AAAAhost root@spark2\n"),
+             ("/var/lib/dgxspark-guard/.ssh/authorized_keys", access["key_options"] + " " + KEY),
+             ("/etc/sudoers.d/dgxspark-guard", access["sudoers"])]
+    files = [{"path": path, "exists": True, "content": text, "sha256": hashlib.sha256(text.encode()).hexdigest()}
+             for path, text in texts]
+    files.append({"path": access["program"], "exists": True, "content": None,
+                  "sha256": hashlib.sha256(program.read_bytes()).hexdigest()})
+    for entry in files:
+        if entry["path"] in removed:
+            entry.update(exists=False, content=None, sha256=None)
+    return files
+
+
+def test_the_access_is_planned_from_the_heads_addresses_and_the_container(tmp_path: Path) -> None:
+    result = _run(tmp_path, access={"python": "/usr/bin/python3", "program": "/opt/guard/dgxspark_guard_worker.py",
+                                    "ssh_from": ["10.9.0.0/16"]},
+                  ssh_config="/etc/g/ssh_config")
+    access = result["access"]
+    assert access["from"] == ["10.77.0.11", "10.77.1.11", "10.9.0.0/16"]
+    assert access["program"] == "/opt/guard/dgxspark_guard_worker.py"
+    assert access["command"] == ["/usr/bin/sudo", "-n", "/usr/bin/python3", "-I", "/opt/guard/dgxspark_guard_worker.py",
+                                 "--container", "vllm_glm53"]
+    assert access["key_options"].startswith('restrict,from="10.77.0.11,10.77.1.11,10.9.0.0/16",command="/usr/bin/sudo -n ')
+    assert access["user"] == "dgxspark-guard" and "drift" not in access
+    assert result["document"]["ssh_config"] == "/etc/g/ssh_config"
+    assert result["document"]["ranks"][1]["ssh_host"] == result["workers"][0]["alias"] == "dgxspark-guard-spark2"
+    # the defaults: the role's
+    assert _run(tmp_path)["access"]["program"] == "/usr/local/lib/dgxspark-guard/dgxspark_guard_worker.py"
+
+
+def test_a_head_address_that_does_not_resolve_fails_naming_the_fix(tmp_path: Path) -> None:
+    with pytest.raises(AnsibleActionFail, match=r"the group guard's SSH access cannot be planned: the head spark9: its "
+                                                r"ansible_host 'spark9' does not resolve .* guard_ssh_from"):
+        _run(tmp_path, config=dict(CONFIG, head="spark9", nodes=dict(CONFIG["nodes"], spark9={"cx7_ip": "10.77.1.19"})))
+
+
+def test_another_head_address_reinstalls_the_access(tmp_path: Path) -> None:
+    installed = _as_written(_run(tmp_path)["document"])
+    assert _run(tmp_path, installed)["current"] is True
+    assert _run(tmp_path, installed, access={"ssh_from": ["10.9.0.5"]})["current"] is False
+
+
+def test_the_install_is_current_only_while_the_nodes_hold_the_access(tmp_path: Path) -> None:
+    program = _with_worker_program(tmp_path)
+    payload = [str(tmp_path / "dgxspark_group_guard.py"), str(program)]
+    (tmp_path / "dgxspark_group_guard.py").write_text("print('guard')\n", encoding="utf-8")
+    first = _run(tmp_path, payload=payload)
+    installed, access = _as_written(first["document"]), first["access"]
+    read = {"head_public_key": KEY, "workers": {"spark2": _held(access, program)}}
+    done = _run(tmp_path, installed, payload=payload, access_read=read, serving=SERVING, armed_state=_armed(SERVING))
+    assert (done["current"], done["access"]["drift"], done["arm"]) == (True, [], False)
+    # after teardown (or dgxspark_vllm_guard: false): no key on the head, nothing on the worker
+    removed = ("/var/lib/dgxspark-guard/.ssh/authorized_keys", "/etc/sudoers.d/dgxspark-guard", access["program"])
+    gone = _run(tmp_path, installed, payload=payload, serving=SERVING, armed_state=_armed(SERVING, "disarmed"),
+                access_read={"head_public_key": None, "workers": {"spark2": _held(access, program, removed)}})
+    assert (gone["current"], gone["access"]["drift"]) == (False, ["the head has no guard key"])
+    assert (gone["arm"], gone["arm_reason"]) == (True, "the guard is installed in this run")
+    gone = _run(tmp_path, installed, payload=payload, access_read=dict(read, workers={"spark2": _held(access, program, removed)}))
+    assert gone["access"]["drift"] == ["spark2: the guard's authorized_keys is absent",
+                                       "spark2: the guard's sudoers rule is absent",
+                                       "spark2: the guard's worker program is absent"]
+    # a worker not read at all holds nothing as far as the plan knows
+    assert _run(tmp_path, installed, payload=payload, access_read=dict(read, workers={}))["access"]["drift"][0] == (
+        "spark2: the guard's authorized_keys is absent")
+    # the worker's copy of the program is not the collection's (an upgrade, a change by hand)
+    _with_worker_program(tmp_path, "print('worker 2')\n")
+    stale = _run(tmp_path, _as_written(_run(tmp_path, payload=payload)["document"]), payload=payload, access_read=read)
+    assert (stale["current"], stale["access"]["drift"]) == (False, ["spark2: the guard's worker program is not the planned one"])
+
+
+def test_the_nodes_access_is_compared_with_the_worker_program_of_the_payload(tmp_path: Path) -> None:
+    with pytest.raises(AnsibleActionFail, match=r"the group guard's payload has no dgxspark_guard_worker\.py"):
+        _run(tmp_path, access_read={"head_public_key": KEY, "workers": {}})

@@ -21,9 +21,9 @@ def doc(**over):
     data = {
         "container": "vllm_glm53",
         "ranks": [
-            {"name": "spark1", "role": "head", "docker_host": "", "cx7_ip": "10.77.1.11"},
-            {"name": "spark2", "role": "worker", "docker_host": "ssh://dgxspark-guard-spark2", "cx7_ip": "10.77.1.12"},
-            {"name": "spark3", "role": "worker", "docker_host": "ssh://dgxspark-guard-spark3", "cx7_ip": "10.77.1.13"},
+            {"name": "spark1", "role": "head", "ssh_host": "", "cx7_ip": "10.77.1.11"},
+            {"name": "spark2", "role": "worker", "ssh_host": "dgxspark-guard-spark2", "cx7_ip": "10.77.1.12"},
+            {"name": "spark3", "role": "worker", "ssh_host": "dgxspark-guard-spark3", "cx7_ip": "10.77.1.13"},
         ],
         "api_url": "http://127.0.0.1:8000",
         "served_model_name": "glm",
@@ -108,13 +108,17 @@ def _ranks(*changes):
 
 
 @pytest.mark.parametrize("ranks, problem", [
-    (_ranks((0, "docker_host", "ssh://spark1")), "the head (spark1) is the guard's own node: its docker_host must be empty"),
-    (_ranks((1, "docker_host", "")), "worker spark2: docker_host must be ssh://... (Docker's SSH transport), got ''"),
-    (_ranks((2, "docker_host", "tcp://10.0.0.3:2375")), "worker spark3: docker_host must be ssh://"),
+    (_ranks((0, "ssh_host", "dgxspark-guard-spark1")), "the head (spark1) is the guard's own node: its ssh_host must be empty"),
+    (_ranks((1, "ssh_host", "")), "worker spark2: ssh_host must be its Host alias in the guard's ssh_config (letters, "
+                                  "digits, dots and dashes, not first), got ''"),
+    (_ranks((2, "ssh_host", "ssh://spark3")), "worker spark3: ssh_host must be its Host alias in the guard's ssh_config"),
+    (_ranks((2, "ssh_host", "-oProxyCommand=sh")), "worker spark3: ssh_host must be its Host alias"),
+    (_ranks((2, "ssh_host", "spark3\n")), "worker spark3: ssh_host must be its Host alias"),
+    (_ranks((2, "ssh_host", "spark 3")), "worker spark3: ssh_host must be its Host alias"),
     (_ranks((2, "name", "spark2")), "ranks name a host twice: ['spark1', 'spark2', 'spark2']"),
     (_ranks((0, "role", "worker")), "ranks[0] (spark1) must be the head, got role 'worker'"),
     (_ranks((1, "role", "head")), "ranks[1] (spark2) must be the worker, got role 'head'"),
-    (_ranks((1, "cx7_ip", None)), "ranks[1] must have the strings name, role, docker_host and cx7_ip"),
+    (_ranks((1, "cx7_ip", None)), "ranks[1] must have the strings name, role, ssh_host and cx7_ip"),
     (doc()["ranks"][:2] + ["spark3"], "ranks[2] must have the strings"),
 ])
 def test_parse_config_rank_problems(ranks, problem):
@@ -124,7 +128,7 @@ def test_parse_config_rank_problems(ranks, problem):
 
 
 def test_parse_config_lists_every_problem_at_once():
-    bad = doc(colour="blue", grace_seconds=0, ranks=_ranks((1, "docker_host", "spark2")))
+    bad = doc(colour="blue", grace_seconds=0, ranks=_ranks((1, "ssh_host", "ssh://spark2")))
     del bad["served_model_name"]
     with pytest.raises(G.GuardConfigError) as info:
         G.parse_config(bad)
@@ -135,6 +139,15 @@ def test_parse_config_lists_every_problem_at_once():
 def test_parse_config_wants_an_object():
     with pytest.raises(G.GuardConfigError, match="must be a JSON object, got list"):
         G.parse_config([])
+
+
+def test_the_guards_ssh_config_is_its_own_and_absolute():
+    assert config().ssh_config == "/etc/dgxspark/guard/ssh_config"
+    assert config(ssh_config="/etc/g/ssh_config").ssh_config == "/etc/g/ssh_config"
+    for bad in ("ssh_config", "", 5):
+        with pytest.raises(G.GuardConfigError) as info:
+            config(ssh_config=bad)
+        assert info.value.problems == [f"ssh_config must be an absolute path, got {bad!r}"]
 
 
 # ------------------------------------------------------------------------------------------------ assess
@@ -482,9 +495,9 @@ def test_ssh_alias():
 def test_build_document_head_first_and_parses():
     document = G.build_document(CLUSTER, ADDRESSES, {"grace_seconds": 30, "backoff_seconds": None}, "/s.json", "/m.json")
     assert document["ranks"] == [
-        {"name": "spark1", "role": "head", "docker_host": "", "cx7_ip": "10.77.1.11"},
-        {"name": "spark3", "role": "worker", "docker_host": "ssh://dgxspark-guard-spark3", "cx7_ip": "10.77.1.13"},
-        {"name": "spark_2.lab", "role": "worker", "docker_host": "ssh://dgxspark-guard-spark-2.lab", "cx7_ip": "10.77.1.12"},
+        {"name": "spark1", "role": "head", "ssh_host": "", "cx7_ip": "10.77.1.11"},
+        {"name": "spark3", "role": "worker", "ssh_host": "dgxspark-guard-spark3", "cx7_ip": "10.77.1.13"},
+        {"name": "spark_2.lab", "role": "worker", "ssh_host": "dgxspark-guard-spark-2.lab", "cx7_ip": "10.77.1.12"},
     ]
     assert document["api_url"] == "http://127.0.0.1:8001"
     assert (document["container"], document["served_model_name"]) == ("vllm_glm53", "glm-5")
@@ -492,6 +505,9 @@ def test_build_document_head_first_and_parses():
     assert document["grace_seconds"] == 30 and "backoff_seconds" not in document     # None: the default
     cfg = G.parse_config(json.loads(json.dumps(document)))
     assert cfg.head.name == "spark1" and cfg.grace_seconds == 30.0 and cfg.backoff_seconds == 10.0
+    assert "ssh_config" not in document and cfg.ssh_config == "/etc/dgxspark/guard/ssh_config"
+    document = G.build_document(CLUSTER, ADDRESSES, {}, "/s.json", "/m.json", ssh_config="/etc/g/ssh_config")
+    assert G.parse_config(document).ssh_config == document["ssh_config"] == "/etc/g/ssh_config"
 
 
 def test_build_document_unknown_tunable_and_missing_address():
