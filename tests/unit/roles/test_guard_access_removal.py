@@ -1,0 +1,88 @@
+# Copyright: Contributors to the dgxspark.vllm collection
+# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
+"""The group guard's SSH access is removed by the entry point that teardown and dgxspark_vllm_guard: false run: every
+file, folder and account roles/guard/tasks/access.yml puts on a node, disarm.yml removes (rendered with the role's
+defaults and vars), and both callers run disarm."""
+from __future__ import annotations
+
+import posixpath
+from pathlib import Path
+
+import jinja2
+import yaml
+
+ROOT = Path(__file__).resolve().parents[3]
+TASKS = ROOT / "roles" / "guard" / "tasks"
+
+
+def _load(path: Path) -> list:
+    return yaml.safe_load(path.read_text(encoding="utf-8"))
+
+
+def _variables() -> dict:
+    env = jinja2.Environment(undefined=jinja2.StrictUndefined)
+    variables = dict(_load(ROOT / "roles" / "guard" / "defaults" / "main.yml"))
+    for key, value in _load(ROOT / "roles" / "guard" / "vars" / "main.yml").items():
+        variables[key] = env.from_string(value).render(**variables) if isinstance(value, str) else value
+    # what access.yml takes from dgxspark.vllm.guard_config's plan: the role's own paths and account (prepare.yml)
+    variables["__guard_plan"] = {"access": {"user": variables["guard_ssh_user"],
+                                            "program": variables["__guard_worker_program"]}}
+    return variables
+
+
+def _render(value: str, variables: dict) -> str:
+    env = jinja2.Environment(undefined=jinja2.StrictUndefined)
+    env.filters["dirname"] = posixpath.dirname
+    return env.from_string(value).render(**variables)
+
+
+MODULES = ("ansible.builtin.file", "ansible.builtin.copy", "ansible.builtin.template", "ansible.builtin.user",
+           "ansible.builtin.command")
+
+
+def _touched(tasks: list, variables: dict, removing: bool) -> tuple[set, set]:
+    """(paths, accounts) the tasks remove (state absent) when `removing`, else those they create."""
+    paths, accounts = set(), set()
+    for task in tasks:
+        for module, args in ((m, task[m]) for m in MODULES if isinstance(task.get(m), dict)):
+            if (args.get("state") == "absent") != removing:
+                continue
+            if module == "ansible.builtin.user":
+                accounts.add(_render(args["name"], variables))
+                continue
+            raw = args.get("dest") or args.get("path") or args.get("creates")
+            for item in ((task.get("loop") or [None]) if raw else []):
+                paths.add(_render(raw, dict(variables, item=_render(item, variables) if item else None)))
+    return paths, accounts
+
+
+def test_disarm_removes_everything_the_access_puts_on_the_nodes():
+    variables = _variables()
+    made, accounts = _touched(_load(TASKS / "access.yml"), variables, removing=False)
+    removed, gone = _touched(_load(TASKS / "disarm.yml"), variables, removing=True)
+    assert accounts == gone == {"dgxspark-guard"}
+    left = {path for path in made if not any(path == r or path.startswith(r.rstrip("/") + "/") for r in removed)}
+    # the worker program's folder stays (empty); the head's program, configuration and state stay for status.yml
+    assert left == {"/usr/local/lib/dgxspark-guard"}
+    assert {"/etc/dgxspark/guard/id_ed25519", "/etc/sudoers.d/dgxspark-guard",
+            "/var/lib/dgxspark-guard/.ssh/authorized_keys",
+            "/usr/local/lib/dgxspark-guard/dgxspark_guard_worker.py"} <= made
+    assert removed == {"/etc/dgxspark/guard", "/etc/sudoers.d/dgxspark-guard", "/var/lib/dgxspark-guard",
+                       "/usr/local/lib/dgxspark-guard/dgxspark_guard_worker.py"}
+
+
+def test_disarm_removes_the_power_first_and_runs_after_the_guard_stopped():
+    names = [task["name"] for task in _load(TASKS / "disarm.yml")]
+    stop = names.index("Stop the guard and keep it from starting at boot")
+    order = [next(i for i, name in enumerate(names) if word in name)
+             for word in ("sudo rule", "Remove the account the guard's key logs in as", "authorized_keys", "SSH key")]
+    assert stop < order[0] and order == sorted(order)
+
+
+def test_teardown_and_a_guard_turned_off_run_disarm():
+    teardown = _load(ROOT / "roles" / "operations" / "tasks" / "teardown.yml")
+    assert teardown[0]["ansible.builtin.include_role"] == {"name": "dgxspark.vllm.guard", "tasks_from": "disarm",
+                                                           "apply": {"tags": ["teardown"]}}
+    launch = _load(ROOT / "roles" / "launch" / "tasks" / "main.yml")
+    off = [task for task in launch if task.get("ansible.builtin.include_role", {}).get("tasks_from") == "disarm"]
+    assert [task["when"] for task in off] == ["not dgxspark_vllm_config.guard"]
