@@ -32,7 +32,11 @@ def render(role: str, template: str, **variables) -> str:
     env = jinja2.Environment(undefined=jinja2.StrictUndefined, keep_trailing_newline=True, trim_blocks=True)
     core = FilterModule().filters()
     env.filters.update({name: core[name] for name in ("comment", "dirname")})
-    variables = {"ansible_managed": ANSIBLE_MANAGED, **role_defaults(role), **variables}
+    variables = {"ansible_managed": ANSIBLE_MANAGED, "dgxspark_vllm_config": {"firewall": True},
+                 **role_defaults(role), **variables}
+    # a default that is itself a template (guard_firewall_unit) is rendered first, as Ansible does
+    variables = {key: env.from_string(value).render(**variables) if isinstance(value, str) and "{{" in value else value
+                 for key, value in variables.items()}
     return env.from_string((ROLES / role / "templates" / template).read_text(encoding="utf-8")).render(**variables)
 
 

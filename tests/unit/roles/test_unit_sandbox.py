@@ -14,7 +14,7 @@ import shutil
 import subprocess
 from pathlib import Path
 
-from helpers.units import ROOT, unit_templates, units, write_units
+from helpers.units import ROOT, render, unit_templates, units, write_units
 import pytest
 
 FLUSH, FOLLOW, GUARD, FIREWALL = ("dgxspark-cache-flush.service", "dgxspark-cache-flush-follow.service",
@@ -243,3 +243,12 @@ def test_the_readmes_figures_are_the_ones_measured(tmp_path):
     paths = write_units(tmp_path)
     figures = readme_figures()
     assert {name: exposure(paths[name]) for name in figures} == figures
+
+
+def test_the_guard_requires_the_firewall_while_it_is_on():
+    """With the firewall on, the guard restores no rank without its table: its unit requires the firewall's."""
+    on = sections(render("guard", "guard.service.j2"))["Unit"]
+    assert on["Requires"] == ["dgxspark-firewall.service"]
+    assert "dgxspark-firewall.service" in on["After"]
+    off = sections(render("guard", "guard.service.j2", dgxspark_vllm_config={"firewall": False}))["Unit"]
+    assert "Requires" not in off and "dgxspark-firewall.service" not in off["After"]
