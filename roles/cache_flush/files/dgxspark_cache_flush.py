@@ -499,25 +499,26 @@ def serve(config: Config, stop: threading.Event) -> int:
     # check_environment() has run: meminfo parses and drop_caches is writable. Ready before the first
     # iteration, whose sync can take a while.
     sd_notify("READY=1")
-    active = None
+    shown = None   # (following, StartedAt) as the journal last said it
     load = LoadEnd(lambda since: follow_log(config, since))
     while not stop.is_set():
         if config.follow_container:
             state_text, now = follow_state(config), time.time()
+            start = running_start(state_text)
             now_active, why = in_load_window(state_text, now, config.follow_seconds)
             if now_active and config.follow_until_loaded:
                 ended = load.ended(state_text, now)
                 if ended is not None:
-                    now_active, why = False, "started at %s, its load is over (%s)" % (running_start(state_text), ended[-160:])
+                    now_active, why = False, "started at %s, its load is over (%s)" % (start, ended[-160:])
                 elif load.unreadable:
                     why += "; its log cannot be read, so the whole window"
             # a line whenever following starts or ends, and for each new start (one that begins while the
             # previous start still loads, or one whose load was over before a tick saw it): the journal names every
             # start the service saw
-            if (now_active, running_start(state_text)) != active:
+            if (now_active, start) != shown:
                 log(LOG_INFO, "%s %s: %s" % ("following" if now_active else "idle until the next start of",
                                              config.follow_container, why))
-                active = (now_active, running_start(state_text))
+                shown = (now_active, start)
                 first = True
             if not now_active:
                 sd_notify("STATUS=idle: %s %s" % (config.follow_container, why))
