@@ -7,17 +7,25 @@ of the collection (and check mode with a given manifest) works without it. Downl
 huggingface_hub's own HTTP layer (HfApi.model_info, hf_hub_url, http_get: the hub protocol, auth headers,
 HF_ENDPOINT, in-run retries with HTTP Range), into partial files this module keeps between runs, so an
 interrupted run resumes where it stopped (huggingface_hub itself discards its partial files on failure).
+
+The staged folder (local_dir, or the hub cache folder) is checked before anything is asked of the hub: every level
+root's, no symlink, nobody else can write (_safe_paths); missing levels are made root's, mode 0755. Everything
+written below it goes through _safe_paths.SafeTree: no symlink is followed, nothing is unlinked or renamed through a
+resolved path.
 """
 from __future__ import annotations
 
 import json
 import os
 import shutil
+import stat
 import time
+from collections.abc import Collection
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from ansible_collections.dgxspark.vllm.plugins.module_utils import _manifest as mf
+from ansible_collections.dgxspark.vllm.plugins.module_utils import _safe_paths as sp
 from ansible_collections.dgxspark.vllm.plugins.module_utils._units import human_bytes
 
 PART_SUFFIX = ".dgxspark-part"
@@ -165,20 +173,21 @@ class _CountingFile:
 
 
 def download_one(repo: str, commit: str, entry: mf.FileEntry, part: str, endpoint: str | None,
-                 token: str | None, progress: Progress) -> None:
-    """Download entry into part, continuing from what part already holds (HTTP Range)."""
+                 token: str | None, progress: Progress, tree: sp.SafeTree) -> None:
+    """Download entry into part, continuing from what part already holds (HTTP Range); part is opened below the
+    tree's folder without following a symlink."""
     hub = import_hub()
     from huggingface_hub import file_download  # pylint: disable=import-outside-toplevel
-    os.makedirs(os.path.dirname(part), exist_ok=True)
-    have = os.path.getsize(part) if os.path.exists(part) else 0
+    tree.makedirs(os.path.dirname(part))
+    have = tree.size(part)
     if have > entry.size:
-        os.unlink(part)
+        tree.unlink(part)
         have = 0
     url = hub.hf_hub_url(repo, entry.path, revision=commit, endpoint=endpoint)
     headers = hub.utils.build_hf_headers(token=token or False)
     headers["Accept-Encoding"] = "identity"
     progress.add(0)
-    with open(part, "ab") as handle:
+    with tree.open_append(part) as handle:
         try:
             file_download.http_get(url, _CountingFile(handle, progress), resume_size=have, headers=headers,
                                    expected_size=entry.size, displayed_filename=entry.path)
@@ -190,16 +199,17 @@ def download_one(repo: str, commit: str, entry: mf.FileEntry, part: str, endpoin
                                  entry.path, kept, entry.size, type(exc).__name__, exc, part)) from exc
 
 
-def _link_snapshot(layout: Layout, entry: mf.FileEntry) -> bool:
-    """HF-cache layout: snapshots/<commit>/<file> -> ../../blobs/<etag> (relative). True when changed."""
+def _link_snapshot(layout: Layout, entry: mf.FileEntry, tree: sp.SafeTree) -> bool:
+    """HF-cache layout: snapshots/<commit>/<file> -> ../../blobs/<etag> (relative). True when changed. The entry
+    there (a link or a file) is replaced itself; nothing it points to is touched."""
     link = layout.file_path(entry)
     target = os.path.relpath(layout.blob_path(entry), os.path.dirname(link))
-    if os.path.islink(link) and os.readlink(link) == target:
+    if tree.readlink(link) == target:
         return False
-    os.makedirs(os.path.dirname(link), exist_ok=True)
-    if os.path.lexists(link):
-        os.unlink(link)
-    os.symlink(target, link)
+    info = tree.lstat(link)
+    if info is not None and stat.S_ISDIR(info.st_mode):
+        raise StageError("%s is a folder where the snapshot's link to its blob belongs: remove it and run again" % link)
+    tree.symlink(target, link)
     return True
 
 
@@ -226,14 +236,41 @@ def stage(*, repo: str, revision: str, layout_kind: str, local_dir: str | None, 
           endpoint: str | None, token: str | None, download: bool, full_verify: bool, check_mode: bool,
           allow_denylisted: bool = False, manifest: mf.Manifest | None = None, progress_path: str | None = None,
           progress_interval: float = 1.0, min_free_bytes: int = DISK_MARGIN_BYTES,
-          workers: int | None = None) -> StageResult:
-    """Verify (and with download, complete) one commit's tree; workers threads hash files (default: per CPU)."""
+          workers: int | None = None, trusted_uids: Collection[int] | None = None,
+          folder_variable: str = "") -> StageResult:
+    """Verify (and with download, complete) one commit's tree; workers threads hash files (default: per CPU).
+
+    First of all (before the hub is asked), the staged folder (local_dir, or cache_dir) is checked: every existing
+    level owned by root or trusted_uids (default: root and the running user), no symlink, not writable by others
+    (StageError otherwise, naming the level and the fix); its missing levels are made (mode 0755) unless
+    check_mode. folder_variable names the setting in the messages (default: the option, local_dir or cache_dir)."""
     reason = mf.check_denylist(repo, allow_denylisted)
+    anchor = local_dir if layout_kind == "local_dir" else cache_dir
+    if anchor:
+        trusted = set(trusted_uids or ()) | {0, os.geteuid()}
+        subject = "the model folder" if layout_kind == "local_dir" else "the hub cache folder"
+        variable = folder_variable or ("local_dir" if layout_kind == "local_dir" else "cache_dir")
+        try:
+            sp.ensure_folder(os.path.abspath(anchor), trusted, subject, variable, create=not check_mode)
+        except sp.UnsafePathError as exc:
+            raise StageError(str(exc)) from exc
     if manifest is None:
         manifest = fetch_manifest(repo, revision, endpoint, token)
     elif manifest.repo != repo:
         raise StageError("the given manifest is for %s, not %s" % (manifest.repo, repo))
     layout = make_layout(layout_kind, manifest, local_dir, cache_dir)
+    tree = sp.SafeTree(os.path.abspath(str(anchor)))
+    try:
+        return _stage(repo, revision, layout, tree, manifest, reason, endpoint, token, download, full_verify,
+                      check_mode, progress_path, progress_interval, min_free_bytes, workers)
+    except sp.UnsafePathError as exc:
+        raise StageError(str(exc)) from exc
+
+
+def _stage(repo: str, revision: str, layout: Layout, tree: sp.SafeTree, manifest: mf.Manifest, reason: str | None,
+           endpoint: str | None, token: str | None, download: bool, full_verify: bool, check_mode: bool,
+           progress_path: str | None, progress_interval: float, min_free_bytes: int,
+           workers: int | None) -> StageResult:
     stamp = mf.read_stamp(layout.root)
     valid, why = mf.stamp_valid(layout.root, manifest, stamp)
     trusted = {} if full_verify else mf.stamp_trusted(stamp, manifest)
@@ -251,7 +288,7 @@ def stage(*, repo: str, revision: str, layout_kind: str, local_dir: str | None, 
             if verdict is None:
                 needed.remove(entry)
                 if not check_mode:
-                    _link_snapshot(layout, entry)
+                    _link_snapshot(layout, entry, tree)
                     out.changed = True
                     st = os.stat(layout.file_path(entry))
                     linked[entry.path] = (st.st_size, st.st_mtime_ns)
@@ -264,7 +301,7 @@ def stage(*, repo: str, revision: str, layout_kind: str, local_dir: str | None, 
     out.copy_paths = [os.path.relpath(layout.final_path(e), out.copy_root) for e in needed]
     out.would_download_bytes = sum(e.size for e in needed)
     if needed and download and not check_mode:
-        fresh = _download_all(layout, manifest, needed, endpoint, token, progress_path, progress_interval,
+        fresh = _download_all(layout, tree, manifest, needed, endpoint, token, progress_path, progress_interval,
                               min_free_bytes, out)
         trusted_now = _trusted_after(layout, result)
         trusted_now.update(fresh)
@@ -272,13 +309,12 @@ def stage(*, repo: str, revision: str, layout_kind: str, local_dir: str | None, 
     if out.verify.ok and not check_mode:
         if layout.kind == "hf_cache" and revision != manifest.commit:
             ref = os.path.join(layout.repo_cache or "", "refs", revision)
-            os.makedirs(os.path.dirname(ref), exist_ok=True)
-            if not os.path.exists(ref) or open(ref, encoding="ascii").read().strip() != manifest.commit:
-                with open(ref, "w", encoding="ascii") as handle:
-                    handle.write(manifest.commit)
+            if _read_text(tree, ref) != manifest.commit:
+                tree.write_text(ref, manifest.commit)
                 out.changed = True
         if not mf.stamp_valid(layout.root, manifest)[0]:
-            mf.write_stamp(layout.root, manifest)
+            stamp_text = json.dumps(mf.build_stamp(layout.root, manifest), indent=1, sort_keys=True) + "\n"
+            tree.write_text(mf.stamp_path(layout.root), stamp_text)
             out.changed = True
     if out.verify.ok:
         out.generation_config = _read_json(os.path.join(layout.root, "generation_config.json"))
@@ -294,17 +330,17 @@ def _trusted_after(layout: Layout, before: mf.VerifyResult) -> dict[str, tuple[i
     return trusted
 
 
-def _download_all(layout: Layout, manifest: mf.Manifest, needed: list[mf.FileEntry], endpoint: str | None,
-                  token: str | None, progress_path: str | None, interval: float, min_free: int,
+def _download_all(layout: Layout, tree: sp.SafeTree, manifest: mf.Manifest, needed: list[mf.FileEntry],
+                  endpoint: str | None, token: str | None, progress_path: str | None, interval: float, min_free: int,
                   out: StageResult) -> dict[str, tuple[int, int]]:
     """Download every needed file (each hashed once, as a partial file); return what was hashed good."""
     fresh = {}
     bad_before = set(out.verify.wrong_size + out.verify.wrong_hash)
-    os.makedirs(layout.root, exist_ok=True)
+    tree.makedirs(layout.root)
     remaining = 0
     for entry in needed:
         part = layout.part_path(entry)
-        remaining += entry.size - (os.path.getsize(part) if os.path.exists(part) else 0)
+        remaining += entry.size - tree.size(part)
     free = shutil.disk_usage(layout.root).free
     if free < remaining + min_free:
         raise StageError("not enough free disk under %s: %d bytes free, %d still to download plus a %d-byte margin"
@@ -314,31 +350,23 @@ def _download_all(layout: Layout, manifest: mf.Manifest, needed: list[mf.FileEnt
         progress.current = entry.path
         final = layout.final_path(entry)
         part = layout.part_path(entry)
-        os.makedirs(os.path.dirname(final), exist_ok=True)
-        if entry.path in bad_before and os.path.lexists(layout.file_path(entry)):
-            # A file that failed verification: a short one is kept as the start of the download (resumed and
-            # then hashed); anything else is fetched again from byte 0.
-            current = layout.file_path(entry)
-            real = os.path.realpath(current)
-            if os.path.getsize(real) < entry.size and not os.path.exists(part):
-                os.makedirs(os.path.dirname(part), exist_ok=True)
-                os.replace(real, part)
-            else:
-                os.unlink(real)
+        tree.makedirs(os.path.dirname(final))
+        if entry.path in bad_before and tree.lstat(layout.file_path(entry)) is not None:
+            _set_aside(tree, final, part, entry)
             out.refetched.append(entry.path)
         for attempt in (1, 2):
-            progress.add(os.path.getsize(part) if os.path.exists(part) else 0)
-            download_one(manifest.repo, manifest.commit, entry, part, endpoint, token, progress)
+            progress.add(tree.size(part))
+            download_one(manifest.repo, manifest.commit, entry, part, endpoint, token, progress, tree)
             if mf.file_matches(part, entry) is None:
                 break
             # resumed from a bad prefix (or the hub sent bad bytes): start over once, then give up
-            os.unlink(part)
+            tree.unlink(part)
             if attempt == 2:
                 raise StageError("%s does not match the hub's hash for %s@%s after a fresh download"
                                  % (entry.path, manifest.repo, manifest.commit))
-        os.replace(part, final)
+        tree.replace(part, final)
         if layout.kind == "hf_cache":
-            _link_snapshot(layout, entry)
+            _link_snapshot(layout, entry, tree)
         st = os.stat(layout.file_path(entry))
         fresh[entry.path] = (st.st_size, st.st_mtime_ns)
         out.downloaded.append(entry.path)
@@ -347,6 +375,31 @@ def _download_all(layout: Layout, manifest: mf.Manifest, needed: list[mf.FileEnt
         progress.files_done += 1
     progress.write("done")
     return fresh
+
+
+def _set_aside(tree: sp.SafeTree, final: str, part: str, entry: mf.FileEntry) -> None:
+    """A file that failed verification: a short regular one is kept as the start of the download (resumed, then
+    hashed); anything else is removed and fetched again from byte 0. final is the file itself (local_dir) or the
+    entry's own blob (hf_cache: the snapshot's link is replaced after the download): never what a link resolves to,
+    so a planted symlink is removed itself and its target is left alone."""
+    info = tree.lstat(final)
+    if info is None:
+        return
+    if stat.S_ISREG(info.st_mode) and info.st_size < entry.size and tree.lstat(part) is None:
+        tree.replace(final, part)
+    elif not stat.S_ISDIR(info.st_mode):
+        tree.unlink(final)
+    else:
+        raise StageError("%s is a folder where the file %s belongs: remove it and run again" % (final, entry.path))
+
+
+def _read_text(tree: sp.SafeTree, path: str) -> str | None:
+    """A small regular file's text (stripped) below the tree, None when missing or not a regular file."""
+    info = tree.lstat(path)
+    if info is None or not stat.S_ISREG(info.st_mode):
+        return None
+    with open(path, encoding="ascii", errors="replace") as handle:
+        return handle.read().strip()
 
 
 def _read_json(path: str) -> dict[str, Any] | None:

@@ -24,6 +24,15 @@ description:
   - Refuses denylisted repositories (RV(denylist_reason) says why) unless O(allow_denylisted=true).
   - huggingface_hub is imported only when the hub is contacted; without it the module fails with a message
     that says how to provide it.
+  - Before anything else (the hub is not asked), the staged folder (O(local_dir), or O(cache_dir)) is checked, level
+    by level from C(/) - each existing level must be a folder (not a symlink) owned by root, the user the module runs
+    as or one of O(trusted_owners), and not writable by the group or others (a root-owned world-writable folder with
+    the sticky bit, such as C(/tmp) or C(/var/tmp), is accepted as an ancestor). An unsafe level is refused with a
+    message that names it, what is wrong and the fix. Missing levels are created, mode C(0755), owned by the user the
+    module runs as.
+  - Below that folder no symlink is followed when writing - partial files are opened with C(O_NOFOLLOW) relative to
+    their folder's descriptor, and a file that failed verification is removed or set aside itself (a symlink is
+    removed, never what it points to).
 author:
   - dgxspark.vllm contributors (@dgxspark)
 requirements:
@@ -102,12 +111,27 @@ options:
     description: Free disk that must remain after the download; checked before anything is downloaded.
     type: int
     default: 1073741824
+  trusted_owners:
+    description:
+      - Accounts, besides root and the user the module runs as, that may own levels of the staged folder's path (for
+        example the EXL3 kit's user, who owns its hub cache and is in the docker group).
+    type: list
+    elements: str
+    default: []
+  folder_variable:
+    description:
+      - The setting a refusal of the staged folder names in its fix (for example C(dgxspark_vllm_model_path)).
+        Empty names the option, O(local_dir) or O(cache_dir).
+    type: str
+    default: ""
 extends_documentation_fragment:
   - dgxspark.vllm.attributes
 attributes:
   check_mode:
     support: full
-    details: Reads the hub metadata and verifies the local tree, then reports RV(would_download) without downloading or writing.
+    details: >-
+      Checks the staged folder's levels, reads the hub metadata and verifies the local tree, then reports
+      RV(would_download) without creating, downloading or writing anything.
   diff_mode:
     support: none
     details: The lists RV(downloaded) and RV(would_download) say what changes.
@@ -245,6 +269,8 @@ copy_paths:
   elements: str
 """
 
+import pwd
+
 from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.dgxspark.vllm.plugins.module_utils import _hub_stage as hs
@@ -270,6 +296,8 @@ def main() -> None:
             progress_path=dict(type="path"),
             progress_interval=dict(type="float", default=2.0),
             min_free_bytes=dict(type="int", default=1 << 30),
+            trusted_owners=dict(type="list", elements="str", default=[]),
+            folder_variable=dict(type="str", default=""),
         ),
         required_if=[("layout", "local_dir", ["local_dir"]), ("layout", "hf_cache", ["cache_dir"])],
         mutually_exclusive=[("token", "token_file")],
@@ -284,13 +312,20 @@ def main() -> None:
             module.fail_json(msg="token_file: %s" % exc)
     if token:
         module.no_log_values.add(token)   # masked in every message and result, as the token option is
+    trusted = set()
+    for owner in p["trusted_owners"]:
+        try:
+            trusted.add(pwd.getpwnam(owner).pw_uid)
+        except KeyError:
+            module.fail_json(msg="trusted_owners: no account %s on this node" % owner)
     try:
         given = mf.manifest_from_dict(p["manifest"]) if p["manifest"] else None
         out = hs.stage(repo=p["repo"], revision=p["revision"], layout_kind=p["layout"], local_dir=p["local_dir"],
                        cache_dir=p["cache_dir"], endpoint=p["endpoint"] or None, token=token,
                        download=p["download"], full_verify=p["verify"] == "full", check_mode=module.check_mode,
                        allow_denylisted=p["allow_denylisted"], manifest=given, progress_path=p["progress_path"],
-                       progress_interval=p["progress_interval"], min_free_bytes=p["min_free_bytes"])
+                       progress_interval=p["progress_interval"], min_free_bytes=p["min_free_bytes"],
+                       trusted_uids=trusted, folder_variable=p["folder_variable"])
     except (mf.ManifestError, hs.StageError, OSError) as exc:
         module.fail_json(msg=str(exc))
     gen = out.generation_config or {}

@@ -8,6 +8,7 @@ import hashlib
 import json
 import os
 import re
+import stat
 from pathlib import Path
 from types import ModuleType
 
@@ -268,3 +269,94 @@ def test_progress_summary_reads_as_one_line():
     assert progress_summary(data) == ("downloading 45.5 GB / 91.0 GB (50.0 %) at 1.2 GB/s, file 3/8 "
                                       "model-00004.safetensors")
     assert progress_summary({"state": "resolving"}) == "resolving 0 B / 0 B (0.0 %) at 0 B/s, file 0/0"
+
+
+# Issue 39: the tree is root's. A planted folder or symlink is refused before the hub is asked, or removed itself;
+# nothing is written or removed through a symlink.
+
+def test_the_model_folder_is_created_0755(lab, tmp_path):
+    dest = tmp_path / "models" / "m"
+    result = run_module(hf_checkpoint.main, args(lab, dest))
+    assert result["complete"]
+    assert stat.S_IMODE((tmp_path / "models").stat().st_mode) == 0o755 and stat.S_IMODE(dest.stat().st_mode) == 0o755
+
+
+def test_a_model_folder_open_to_others_is_refused_before_the_hub_is_asked(lab, tmp_path):
+    dest = tmp_path / "m"
+    dest.mkdir()
+    dest.chmod(0o777)
+    with pytest.raises(ModuleFail, match=re.escape(
+            f"refusing the model folder {dest} (dgxspark_vllm_model_path): {dest} has mode 0777 (writable by the "
+            f"group or others)")):
+        run_module(hf_checkpoint.main, args(lab, dest, folder_variable="dgxspark_vllm_model_path"))
+    assert lab.stats()["requests"] == [] and list(dest.iterdir()) == []
+    with pytest.raises(ModuleFail, match=f"{dest} has mode 0777"):     # check mode refuses too
+        run_module(hf_checkpoint.main, args(lab, dest), check_mode=True)
+
+
+def test_a_symlinked_model_folder_is_refused_and_nothing_is_written_through_it(lab, tmp_path):
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    (tmp_path / "m").symlink_to(elsewhere)
+    with pytest.raises(ModuleFail, match=re.escape(f"{tmp_path / 'm'} is a symlink (to {elsewhere})")):
+        run_module(hf_checkpoint.main, args(lab, tmp_path / "m"))
+    assert list(elsewhere.iterdir()) == [] and lab.stats()["requests"] == []
+
+
+def test_an_unknown_trusted_owner_is_refused(lab, tmp_path):
+    with pytest.raises(ModuleFail, match="trusted_owners: no account no-such-user-39 on this node"):
+        run_module(hf_checkpoint.main, args(lab, tmp_path / "m", trusted_owners=["no-such-user-39"]))
+
+
+def test_a_planted_symlink_in_place_of_a_file_is_removed_not_its_target(lab, tmp_path):
+    """The old code removed os.path.realpath(file): a symlink config.json -> a root file deleted that file."""
+    dest = tmp_path / "m"
+    run_module(hf_checkpoint.main, args(lab, dest))
+    victim = tmp_path / "victim"
+    victim.write_text("root's file\n")
+    (dest / "config.json").unlink()
+    (dest / "config.json").symlink_to(victim)
+    result = run_module(hf_checkpoint.main, args(lab, dest, verify="full"))
+    assert result["complete"] and result["refetched"] == ["config.json"]
+    assert victim.read_text() == "root's file\n"
+    assert not (dest / "config.json").is_symlink()
+
+
+def test_a_planted_symlink_as_the_partial_file_is_refused_and_not_written_through(lab, tmp_path):
+    """The old code opened the partial file with open(part, "ab"): a symlink there appended the download to its
+    target (a short file was even resumed: the first bytes were skipped)."""
+    dest = tmp_path / "m"
+    victim = tmp_path / "victim"
+    victim.write_text("root's file\n")
+    part = dest / ".cache" / "dgxspark" / (SHARD + hs.PART_SUFFIX)
+    part.parent.mkdir(parents=True)
+    part.symlink_to(victim)
+    with pytest.raises(ModuleFail, match=re.escape(f"{part} is not a regular file (a symlink or something else)")):
+        run_module(hf_checkpoint.main, args(lab, dest))
+    assert victim.read_text() == "root's file\n"
+
+
+def test_a_planted_symlinked_cache_folder_inside_the_tree_is_not_walked_through(lab, tmp_path):
+    dest = tmp_path / "m"
+    dest.mkdir()
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    (dest / ".cache").symlink_to(elsewhere)
+    with pytest.raises(ModuleFail, match=re.escape(f"{dest / '.cache'} is a symlink or not a folder: refusing")):
+        run_module(hf_checkpoint.main, args(lab, dest))
+    assert list(elsewhere.iterdir()) == []
+
+
+def test_hf_cache_a_planted_snapshot_link_to_a_root_file_leaves_the_file(lab, tmp_path):
+    cache = tmp_path / "hub"
+    base = {"repo": REPO, "layout": "hf_cache", "cache_dir": str(cache), "endpoint": lab.url, "token": "tok",
+            "min_free_bytes": 0}
+    first = run_module(hf_checkpoint.main, base)
+    snap = cache / "models--lab--random" / "snapshots" / first["commit"]
+    victim = tmp_path / "victim"
+    victim.write_text("root's file\n")
+    (snap / "config.json").unlink()
+    (snap / "config.json").symlink_to(victim)
+    result = run_module(hf_checkpoint.main, dict(base, verify="full"))
+    assert result["complete"] and victim.read_text() == "root's file\n"
+    assert os.readlink(snap / "config.json").startswith("../../blobs/")
