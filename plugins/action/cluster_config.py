@@ -118,13 +118,14 @@ class ActionModule(ControllerAction):
         checked = {host: self._checked(hostvars, host, roles) for host in read}
         extra: dict[str, Any] = {}
         if head:
-            extra = self._read(hostvars, head[0], [name for name in ("ansible_user", "checkpoint_allow_denylisted")
+            extra = self._read(hostvars, head[0], [name for name in ("ansible_user", "checkpoint_allow_denylisted", "image_digest")
                                                    if name in hostvars[head[0]]], problems)
         try:
             builtin = builtin_profile_data()
             inputs = Inputs(hostvars=read, head=head, workers=workers, builtin_profiles=builtin, cluster=cluster.name,
                             ansible_user=extra.get("ansible_user"), checked_vars=checked,
-                            allow_denylisted=parse_bool(str(extra.get("checkpoint_allow_denylisted", False))) is True)
+                            allow_denylisted=parse_bool(str(extra.get("checkpoint_allow_denylisted", False))) is True,
+                            image_digest=str(extra.get("image_digest") or ""))
             if problems:
                 raise ConfigError(problems)
             config = resolve(inputs)
@@ -135,7 +136,10 @@ class ActionModule(ControllerAction):
             raise ControllerTaskError(
                 f"the inventory has {len(exc.problems)} problem(s); nothing was started, pulled or downloaded. "
                 f"Fix every one of them:\n{listed}", problems=exc.problems) from exc
-        return {"changed": False, "ansible_facts": {FACT: config}, "sources": describe_sources(config)}
+        result: dict[str, Any] = {"changed": False, "ansible_facts": {FACT: config}, "sources": describe_sources(config)}
+        if config["unpinned"]:   # dgxspark_vllm_require_pins: true makes them problems above
+            result["warnings"] = list(config["unpinned"])
+        return result
 
     def run(self, tmp: Any = None, task_vars: dict[str, Any] | None = None) -> dict[str, Any]:
         self._task_vars = task_vars or {}

@@ -19,6 +19,7 @@ from typing import Any
 
 from ansible_collections.dgxspark.vllm.plugins.module_utils import _kit
 from ansible_collections.dgxspark.vllm.plugins.module_utils import _manifest
+from ansible_collections.dgxspark.vllm.plugins.module_utils import _pins
 from ansible_collections.dgxspark.vllm.plugins.module_utils import _placeholders
 from ansible_collections.dgxspark.vllm.plugins.module_utils import _tensor_parallel
 from ansible_collections.dgxspark.vllm.plugins.module_utils._profiles import (
@@ -103,6 +104,7 @@ VARIABLES: Mapping[str, Variable] = {var.name: var for var in (
     _v("firewall", kind="bool", example="true"),
     _v("api_allowed_cidrs", kind="cidrs", example="[192.168.1.0/24]"),
     _v("require_api_key", kind="bool", example="true"),
+    _v("require_pins", kind="bool", example="true"),
     # Read by select_cluster (every host of the inventory must give the same list), not by resolve.
     _v("clusters", scope="inventory", kind="names", example="[pair_a, pair_b]"),
 )}
@@ -149,6 +151,7 @@ class Inputs:
     # per host, the other variables the example inventory's placeholders may be left in (connection and role
     # variables, as the inventory gives them), checked with the dgxspark_vllm_* ones
     checked_vars: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
+    image_digest: str = ""   # the image role's image_digest (the head's), which pins a tag as a digest does
 
 
 @dataclass(frozen=True)
@@ -488,6 +491,7 @@ def resolve(inputs: Inputs) -> dict[str, Any]:
     name = _namer(sources)
     name.sources = sources  # type: ignore[attr-defined]
     _check_image(values["image"], name("image"), problems)
+    unpinned = _unpinned(inputs, values, explicit, name, problems)
     _check_repos(inputs, values, explicit, name, problems)
     nodes = _nodes(inputs, problems)
     render_settings = {key: values[key] for key in RENDER_KEYS}
@@ -529,6 +533,8 @@ def resolve(inputs: Inputs) -> dict[str, Any]:
         "require_api_key": explicit.get("require_api_key", False),
         "api_key_set": bool(explicit.get("api_key")),
         "hf_token_set": bool(explicit.get("hf_token")),
+        "require_pins": explicit.get("require_pins", False),
+        "unpinned": unpinned,
         "settings": {key: value for key, value in render_settings.items() if value is not None},
         "cluster": inputs.cluster,
         "head": head,
@@ -543,12 +549,27 @@ def resolve(inputs: Inputs) -> dict[str, Any]:
         config[key] = values[key]
     config["cx7_subnet"] = values["cx7_subnet"] or ""
     for key in ("lab", "accept_noncommercial_drafter", "staging_lock_path", "secure_logging", "profile", "guard",
-                "firewall", "require_api_key"):
+                "firewall", "require_api_key", "require_pins"):
         sources.setdefault(key, "default")
     sources.setdefault("api_allowed_cidrs", "default (the management networks of the nodes)")
     sources["profile"] = sources.get("profile") if "profile" in explicit else "default"
     config["sources"] = {key: sources[key] for key in sorted(sources)}
     return config
+
+
+def _unpinned(inputs: Inputs, values: Mapping[str, Any], explicit: Mapping[str, Any], name: Any,
+              problems: list[str]) -> list[str]:
+    """The unpinned image and revisions: returned (warnings), or problems with dgxspark_vllm_require_pins: true."""
+    sources = getattr(name, "sources", {})
+    out = []
+    for key, text in _pins.unpinned(values, name, inputs.image_digest):
+        source = sources.get(key, "")
+        out.append(f"{text} [the value comes from {source}]" if source.startswith("profile ") else text)
+    if out and explicit.get("require_pins"):
+        problems.extend(f"{text}; {PREFIX}require_pins is true, so an unpinned value is refused (or set "
+                        f"{PREFIX}require_pins: false to run it with a warning)" for text in out)
+        return []
+    return out
 
 
 def _check_tensor_parallel(values: Mapping[str, Any], nodes: int, name: Any, problems: list[str]) -> None:

@@ -27,6 +27,10 @@ Schema of one profile (every key optional except where noted):
 ``optional_env`` env names left out (instead of an error) when their placeholder's value is unset.
 ``args``         a list of ``--flag`` (no value) or ``{--flag: template}``; over a base, as for env.
 ``remove_args``  flags of the base left out.
+``trust_remote_code`` true when vLLM must run the checkpoint's own Python (its config.json names an architecture
+                 vLLM does not register, through ``auto_map``): renders ``--trust-remote-code``. Default false, and
+                 the flag is refused in ``args`` and ``extra_args``: the container runs as root, so a profile says
+                 why its model needs it. Over a base, the base's value unless given.
 
 Templates: an env value, a volume or a flag value is a literal or a ``{name}`` placeholder filled by
 `_serve_spec` from the settings and the node being rendered (see `_serve_spec.TEMPLATE_KEYS`).
@@ -68,7 +72,8 @@ UNSET_DEFAULTS: Mapping[str, Any] = MappingProxyType({
 })
 
 _PROFILE_KEYS = frozenset({"description", "extends", "launcher", "staging_layout", "settings", "container", "env",
-                           "remove_env", "optional_env", "args", "remove_args"})
+                           "remove_env", "optional_env", "args", "remove_args", "trust_remote_code"})
+TRUST_REMOTE_CODE = "--trust-remote-code"
 _CONTAINER_KEYS = frozenset({"gpus", "devices", "ulimits", "capabilities", "volumes", "network_mode", "ipc_mode"})
 _NAME = re.compile(r"^[A-Za-z][A-Za-z0-9_]*$")
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
@@ -103,6 +108,8 @@ class Profile:
     optional_env: frozenset[str] = frozenset()
     launcher: str = "docker_run"
     staging_layout: str = "local_dir"
+    # vLLM runs the checkpoint's own Python (--trust-remote-code): only a model whose architecture vLLM lacks
+    trust_remote_code: bool = False
     source: str = "built-in"
     data: Mapping[str, Any] = field(default_factory=dict, compare=False)
 
@@ -174,6 +181,11 @@ def _arg_items(where: str, value: Any, problems: list[str]) -> list[tuple[str, s
         if flag == "--headless":
             problems.append(f"{here}: --headless is added on every worker and never on the head; "
                             "a profile must not list it")
+            continue
+        if flag == TRUST_REMOTE_CODE:
+            problems.append(f"{here}: {TRUST_REMOTE_CODE} is rendered from the profile's trust_remote_code: set "
+                            "trust_remote_code: true, with a comment that says why the model needs it (its "
+                            "config.json's architectures and auto_map), instead of listing the flag")
             continue
         if any(flag == seen for seen, _t in out):
             problems.append(f"{here}: {flag} is listed twice")
@@ -264,6 +276,9 @@ def _resolve_one(name: str, raw: Mapping[str, Any], base: Profile | None, source
     for flag, template in args:
         if template is not None:
             _template_ok(f"{where}: args {flag}", template, known_placeholders, problems)
+    trust = raw.get("trust_remote_code", base.trust_remote_code if base else False)
+    if not isinstance(trust, bool):
+        problems.append(f"{where}: trust_remote_code must be true or false, got {trust!r}")
     optional = set(base.optional_env) if base else set()
     optional.update(_strings(f"{where}: optional_env", raw.get("optional_env") or [], problems))
     if launcher == "docker_run" and not args and len(problems) == count:
@@ -277,7 +292,8 @@ def _resolve_one(name: str, raw: Mapping[str, Any], base: Profile | None, source
         ulimits=listed("ulimits", base.ulimits if base else ()),
         capabilities=listed("capabilities", base.capabilities if base else ()),
         network_mode=modes["network_mode"], ipc_mode=modes["ipc_mode"], optional_env=frozenset(optional),
-        launcher=str(launcher), staging_layout=str(layout), source=source, data=MappingProxyType(dict(raw)),
+        launcher=str(launcher), staging_layout=str(layout), trust_remote_code=trust is True, source=source,
+        data=MappingProxyType(dict(raw)),
     )
 
 
@@ -352,6 +368,7 @@ def as_data(profile: Profile) -> dict[str, Any]:
         "env": dict(profile.env),
         "optional_env": sorted(profile.optional_env),
         "args": [flag if template is None else {flag: template} for flag, template in profile.args],
+        "trust_remote_code": profile.trust_remote_code,
     }
 
 

@@ -29,6 +29,7 @@ from typing import Any
 from ansible_collections.dgxspark.vllm.plugins.module_utils._profiles import (
     DEFAULT_PROFILE,
     RENDER_KEYS,
+    TRUST_REMOTE_CODE,
     UNSET_DEFAULTS,
     Profile,
     ProfileError,
@@ -634,6 +635,10 @@ def _render_args(profile: Profile, settings: dict[str, Any], values: Mapping[str
         if flag == HEADLESS:
             raise SpecError("settings.extra_args must not contain --headless: it is added on every worker (non-head "
                             "node) and must never be on the head")
+        if flag == TRUST_REMOTE_CODE:
+            raise SpecError(f"settings.extra_args must not contain {TRUST_REMOTE_CODE}: it lets the checkpoint's own "
+                            "Python run as root in the container, so only a profile that says why its model needs it "
+                            "renders it (a profile that extends this one with trust_remote_code: true)")
         if flag in bound_args:
             field = bound_args[flag]
             raise SpecError(f"settings.extra_args must not contain {flag}: set {_REMEDY.get(field, 'settings.' + field)} "
@@ -657,6 +662,8 @@ def _render_args(profile: Profile, settings: dict[str, Any], values: Mapping[str
         if text is None:
             raise _missing(str(missing), flag, node, profile, "settings.remove_args")
         groups.append((flag, [flag, text]))
+    if profile.trust_remote_code:
+        groups.append((TRUST_REMOTE_CODE, [TRUST_REMOTE_CODE]))
     for flag, tokens in extra:
         for index, (name, _old) in enumerate(groups):
             if name == flag:

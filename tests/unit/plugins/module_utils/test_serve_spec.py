@@ -69,6 +69,10 @@ def recipe_argv(rank: int, this_ip: str, headless: bool) -> list[str]:
     # the collection's one addition to the recipe's container options: its json-file log rotates (issue 20)
     command = command.replace("--restart no ", "--restart no --log-driver json-file --log-opt max-size=100m "
                                                "--log-opt max-file=5 ", 1)
+    # and its one omission: --trust-remote-code, which GLM-5.3-Flash does not need (its architecture is native in
+    # vLLM; the profile's trust_remote_code says why, issue 39)
+    assert "--trust-remote-code " in command
+    command = command.replace("--trust-remote-code ", "", 1)
     for placeholder, value in {
         "<THIS_NODE_CX7_IP>": this_ip,
         "<HCA_NAMES>": HCA,
@@ -553,8 +557,9 @@ def test_lab_profile_turns_off_what_the_lab_cannot_have() -> None:
     assert flag_value(command, "--gpu-memory-utilization") == "0.1"
     assert env["VLLM_HOST_IP"] == "10.91.0.12" and env["GLOO_SOCKET_IFNAME"] == "eth0"
     assert env["HF_HUB_OFFLINE"] == "1"
-    for flag in ("--enforce-eager", "--trust-remote-code", "--enable-auto-tool-choice"):
+    for flag in ("--enforce-eager", "--enable-auto-tool-choice"):
         assert flag in command
+    assert "--trust-remote-code" not in command   # the tiny model is transformers' Glm4MoeForCausalLM: native in vLLM
     assert flag_value(command, "--tool-call-parser") == "glm47"
     assert flag_value(command, "--reasoning-parser") == "glm45"
     assert flag_value(command, "--default-chat-template-kwargs") == '{"enable_thinking": false}'
