@@ -39,6 +39,7 @@ from ansible_collections.dgxspark.vllm.plugins.module_utils._kv_calibration impo
     same_values,
 )
 from ansible_collections.dgxspark.vllm.plugins.module_utils._firewall import launch_refusal
+from ansible_collections.dgxspark.vllm.plugins.module_utils._safe_paths import launch_refusal as folders_refusal
 from ansible_collections.dgxspark.vllm.plugins.module_utils._staging_lock import locked_nodes, refusal
 
 STEPS: tuple[str, ...] = ("nothing", "start", "calibrate", "refit", "fail", "done")
@@ -431,7 +432,8 @@ def plan(config: Mapping[str, Any], nodes: Mapping[str, Mapping[str, Any]], rend
                 return finish("done", specs, kv, text, any_exists=any_exists)
             return finish("nothing", specs, kv, any_exists=any_exists)
         refused = (refusal(locked_nodes(order, nodes), config["staging_lock_path"])
-                   or launch_refusal(bool(config.get("firewall")), order, nodes))
+                   or launch_refusal(bool(config.get("firewall")), order, nodes)
+                   or folders_refusal(order, nodes))
         if refused:   # before the maintenance lock and before anything is stopped
             return finish("fail", specs, kv, refused, any_exists=any_exists)
         state["attempt"] = 1

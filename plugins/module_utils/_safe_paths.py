@@ -31,8 +31,8 @@ from __future__ import annotations
 import errno
 import os
 import stat
-from collections.abc import Callable, Collection
-from typing import BinaryIO
+from collections.abc import Callable, Collection, Mapping, Sequence
+from typing import Any, BinaryIO
 
 DIR_MODE = 0o755
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
@@ -351,3 +351,36 @@ class SafeTree:
             os.replace(tmp, name, src_dir_fd=fd, dst_dir_fd=fd)
         finally:
             os.close(fd)
+
+
+# The launch: the serve container runs as root with the model folder mounted and the cache folder as its HF_HOME.
+SUBJECTS = {"dgxspark_vllm_model_path": "the model folder",
+            "dgxspark_vllm_cache_path": "the cache folder (HF_HOME of the root serve container)",
+            "dgxspark_vllm_hf_home": "the hub cache folder (HF_HOME)"}
+
+
+def folder_problems(folders: Mapping[str, str], trusted_uids: Collection[int],
+                    lstat: Callable[[str], os.stat_result] = os.lstat,
+                    readlink: Callable[[str], str] = os.readlink) -> list[str]:
+    """For each folder (its variable -> its path), the refusal of its first unsafe existing level. Missing levels
+    are no problem here: staging makes them (root's, 0755) and Docker's bind mount makes a missing cache folder so."""
+    problems = []
+    for variable, path in sorted(folders.items()):
+        if not path:
+            continue
+        try:
+            check_levels(path, trusted_uids, SUBJECTS.get(variable, "the folder"), variable, lstat, readlink)
+        except UnsafePathError as exc:
+            problems.append(str(exc))
+    return problems
+
+
+def launch_refusal(order: Sequence[str], states: Mapping[str, Any]) -> str | None:
+    """Why nothing may start: a node's model or cache folder (read by vllm_node_state's trusted_folders) is not
+    root's alone. None when every node's folders are safe (or were not read)."""
+    found = [f"{name}: {problem}" for name in order
+             for problem in ((states.get(name) or {}).get("folders") or [])]
+    if not found:
+        return None
+    return ("The launch cannot start: a folder the serve container (root) mounts is not root's alone - "
+            + " | ".join(found) + ". Nothing was started or stopped.")

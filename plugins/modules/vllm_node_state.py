@@ -56,6 +56,14 @@ options:
       - The collection's nftables table (family and name, C(inet dgxspark)); when given, RV(firewall) says whether
         it is loaded (read with C(nft list table)).
     type: str
+  trusted_folders:
+    description:
+      - Folders root trusts on this node, each by the variable that sets it (for example
+        C(dgxspark_vllm_model_path) and C(dgxspark_vllm_cache_path), which the serve container mounts); when given,
+        RV(folders) lists, for each folder with an unsafe existing level (a symlink, not a folder, not owned by root or
+        the user the module runs as, writable by the group or others; a root-owned sticky folder such as C(/var/tmp)
+        is accepted as an ancestor), the refusal naming that level and the fix. Missing levels are no problem.
+    type: dict
   gpu:
     description: Whether to read the GPU's identity with C(nvidia-smi) (absent C(nvidia-smi) gives null).
     type: bool
@@ -180,6 +188,12 @@ staging_lock:
   returned: always
   type: bool
   sample: false
+folders:
+  description: The refusals of the unsafe folders of O(trusted_folders) (empty when every one is safe); null when not given.
+  returned: always
+  type: list
+  elements: str
+  sample: []
 firewall:
   description: Whether O(firewall_table) is loaded (C(present)) and, when it is not, why; null when not given.
   returned: always
@@ -213,6 +227,7 @@ from ansible_collections.dgxspark.vllm.plugins.module_utils._node_state import (
     NodeStateError, chosen_iface, describe, identity, interface_with_ip, no_interface_message, parse_ipv4_addresses,
     read_state, wants_rdma)
 from ansible_collections.dgxspark.vllm.plugins.module_utils._rdma import RdmaError, resolve_link
+from ansible_collections.dgxspark.vllm.plugins.module_utils._safe_paths import folder_problems
 
 
 def _read_meminfo() -> str:
@@ -254,6 +269,7 @@ def main() -> None:
             "stamp_path": {"type": "path"},
             "lock_path": {"type": "path"},
             "firewall_table": {"type": "str"},
+            "trusted_folders": {"type": "dict"},
             "gpu": {"type": "bool", "default": True},
             "name": {"type": "str"},
             "head": {"type": "bool", "default": False},
@@ -300,7 +316,10 @@ def main() -> None:
     api = None
     if p["api_url"]:
         api = probe(functools.partial(get, timeout=p["api_timeout"]), p["api_url"], p["api_key"] or None, p["api_metrics"])
-    module.exit_json(changed=False, cx7_iface=cx7_iface, rdma=rdma, api=api, **state, **described)
+    folders = None
+    if p["trusted_folders"] is not None:
+        folders = folder_problems({str(k): str(v or "") for k, v in p["trusted_folders"].items()}, {0, os.geteuid()})
+    module.exit_json(changed=False, cx7_iface=cx7_iface, rdma=rdma, api=api, folders=folders, **state, **described)
 
 
 if __name__ == "__main__":

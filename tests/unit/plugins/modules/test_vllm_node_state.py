@@ -101,3 +101,22 @@ def test_an_unreadable_sysfs_tree_is_reported_in_rdma_not_as_a_failure(tmp_path:
 def test_rdma_needs_the_cx7_ip() -> None:
     with pytest.raises(ModuleFail, match="cx7_ip"):
         _run({"rdma": True, "gpu": False}, {}, {})
+
+
+@pytest.mark.parametrize("check_mode", [False, True])
+def test_trusted_folders_name_each_unsafe_folder(tmp_path: Path, check_mode: bool) -> None:
+    model = tmp_path / "models" / "m"
+    model.mkdir(parents=True)
+    (tmp_path / "cache").mkdir()
+    (tmp_path / "cache").chmod(0o777)
+    folders = {"dgxspark_vllm_model_path": str(model), "dgxspark_vllm_cache_path": str(tmp_path / "cache" / "c")}
+    result = _run({"gpu": False, "trusted_folders": folders}, ANSWERS, {}, check_mode=check_mode)
+    assert result["folders"] == [
+        f"refusing the cache folder (HF_HOME of the root serve container) {tmp_path}/cache/c (dgxspark_vllm_cache_path): "
+        f"{tmp_path}/cache has mode 0777 (writable by the group or others): they can replace what root downloads and "
+        f"serves below it. Fix: sudo chmod go-w {tmp_path}/cache (after checking that nothing below it was changed by "
+        "others), or set dgxspark_vllm_cache_path to a folder whose every level is root's and not writable by others; "
+        "then run again"]
+    (tmp_path / "cache").chmod(0o755)
+    assert _run({"gpu": False, "trusted_folders": folders}, ANSWERS, {})["folders"] == []
+    assert _run({"gpu": False}, ANSWERS, {})["folders"] is None
