@@ -12,6 +12,12 @@ What is built here is unpacked on the nodes and run by root, so the build folder
 by default ``$XDG_CACHE_HOME/dgxspark.vllm/hf-lib`` (``~/.cache/...``), created 0700; a given or existing folder that is
 a symlink, belongs to someone else or is open to the group or others is refused (exit status 2) with the path and
 the fix, before anything in it is read. The lock file is opened without following a symlink.
+
+The wheels are verified by hash: pip installs only what the requirements file (``--requirements``, the role's
+``hf_lib_requirements.txt``) pins, each with the SHA-256 of the wheels PyPI publishes for it (``--require-hashes``;
+a dependency without a pinned hash is refused by pip too). Every package asked for must be pinned there at the same
+version (exit status 2 otherwise, before pip runs). A wheel whose hash differs fails the build (exit status 1) with
+a message that says so and what to do; nothing is installed.
 """
 from __future__ import annotations
 
@@ -19,6 +25,7 @@ import argparse
 import fcntl
 import json
 import os
+import re
 import shutil
 import stat
 import subprocess
@@ -31,6 +38,58 @@ PLATFORMS = ("manylinux2014", "manylinux_2_28", "manylinux_2_34")
 
 class UnsafeBuildDir(Exception):
     """The build folder is not the running user's alone; the message names the path and the fix."""
+
+
+def normalize(name: str) -> str:
+    """A package name as pip compares them (PEP 503)."""
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
+def pins(text: str) -> dict[str, tuple[str, int]]:
+    """The requirements file's pins: normalized name -> (version, number of --hash options)."""
+    out: dict[str, tuple[str, int]] = {}
+    for line in text.replace("\\\n", " ").splitlines():
+        line = line.split("#", 1)[0].strip()
+        match = re.match(r"^([A-Za-z0-9][A-Za-z0-9._-]*)\s*==\s*([^\s;\\]+)", line)
+        if match:
+            out[normalize(match.group(1))] = (match.group(2), len(re.findall(r"--hash[= ]sha256:[0-9a-f]{64}", line)))
+    return out
+
+
+def unpinned(packages: list[str], pinned: dict[str, tuple[str, int]], requirements: str) -> list[str]:
+    """Why each asked-for package cannot be built from the requirements file (an empty list: every one can)."""
+    problems = []
+    for package in packages:
+        match = re.match(r"^([A-Za-z0-9][A-Za-z0-9._-]*)==([^\s;]+)$", package.strip())
+        if not match:
+            problems.append(f"{package} is not pinned to one version (name==version)")
+            continue
+        version, hashes = pinned.get(normalize(match.group(1)), ("", 0))
+        if version != match.group(2) or not hashes:
+            problems.append(f"{package} is not pinned with its hashes in {requirements}"
+                            + (f" (it pins {version})" if version and version != match.group(2) else ""))
+    if problems:
+        problems.append("every wheel is installed with pip --require-hashes from that file: write it for the packages "
+                        "with bin/hf-lib-hashes (the whole closure, each pinned), or set checkpoint_hf_packages to "
+                        "what it pins")
+    return problems
+
+
+def pip_failure(stderr: str, returncode: int, requirements: str, packages: list[str], python_version: str,
+                arch: str) -> str:
+    """The message for a failed pip run (its own error is printed above this)."""
+    if "DO NOT MATCH THE HASHES" in stderr:
+        return (f"refusing the build: a wheel pip fetched does not match the SHA-256 pinned in {requirements} (pip's "
+                "lines above name it, with the expected and the received hash); nothing was installed. The wheel was "
+                "changed on its index, a mirror or in pip's cache, or the pin is wrong: check where pip reads from "
+                "(pip config list), clear its cache (pip cache purge) and run again; if a new wheel is expected, "
+                "write the pins again with bin/hf-lib-hashes")
+    if "Hashes are required in --require-hashes mode" in stderr or "must have their versions pinned" in stderr:
+        return (f"refusing the build: a package has no pinned version or hash in {requirements} (pip names it "
+                "above; a dependency the pins do not cover): write the file again with bin/hf-lib-hashes, the "
+                "whole closure pinned")
+    return (f"pip could not install {' '.join(packages)} for Python {python_version} on {arch} "
+            f"(exit status {returncode}; its error is above)")
 
 
 def default_build_dir(environ: dict | None = None) -> str:
@@ -67,7 +126,7 @@ def private_dir(path: str) -> str:
     return path
 
 
-def build(build_dir: str, key: str, python_version: str, arch: str, packages: list[str]) -> bool:
+def build(build_dir: str, key: str, python_version: str, arch: str, requirements: str) -> bool:
     """Make <build_dir>/<key>/ and <build_dir>/<key>.tar.gz when either is missing; True when something was made."""
     folder = os.path.join(build_dir, key)
     archive = f"{folder}.tar.gz"
@@ -75,10 +134,15 @@ def build(build_dir: str, key: str, python_version: str, arch: str, packages: li
     if not os.path.exists(os.path.join(folder, "huggingface_hub", "__init__.py")):
         tmp = tempfile.mkdtemp(prefix=f".{key}.", dir=build_dir)
         try:
-            subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", "--disable-pip-version-check",
-                            "--target", tmp, "--only-binary=:all:", "--implementation", "cp",
-                            "--python-version", python_version, *[f"--platform={tag}_{arch}" for tag in PLATFORMS],
-                            *packages], check=True)
+            run = subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", "--disable-pip-version-check",
+                                  "--target", tmp, "--only-binary=:all:", "--implementation", "cp",
+                                  "--python-version", python_version,
+                                  *[f"--platform={tag}_{arch}" for tag in PLATFORMS],
+                                  "--require-hashes", "--requirement", requirements],
+                                 stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, check=False)
+            if run.returncode != 0:
+                sys.stderr.write(run.stderr)
+                raise subprocess.CalledProcessError(run.returncode, "pip", stderr=run.stderr)
             shutil.rmtree(folder, ignore_errors=True)
             os.rename(tmp, folder)
         finally:
@@ -106,8 +170,19 @@ def main() -> int:
     parser.add_argument("--key", required=True)
     parser.add_argument("--python-version", required=True)
     parser.add_argument("--arch", required=True)
+    parser.add_argument("--requirements", required=True,
+                        help="the pinned packages with the SHA-256 of their wheels (pip --require-hashes)")
     parser.add_argument("packages", nargs="+")
     args = parser.parse_args()
+    requirements = os.path.abspath(args.requirements)
+    try:
+        with open(requirements, encoding="utf-8") as handle:
+            problems = unpinned(args.packages, pins(handle.read()), requirements)
+    except OSError as exc:
+        problems = [f"the requirements file {requirements} cannot be read ({exc.strerror})"]
+    if problems:
+        print("refusing the build: " + "; ".join(problems), file=sys.stderr)
+        return 2
     try:
         build_dir = private_dir(args.build_dir or default_build_dir())
     except UnsafeBuildDir as exc:
@@ -122,10 +197,10 @@ def main() -> int:
     with os.fdopen(fd, "w", encoding="utf-8") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         try:
-            changed = build(build_dir, args.key, args.python_version, args.arch, args.packages)
+            changed = build(build_dir, args.key, args.python_version, args.arch, requirements)
         except subprocess.CalledProcessError as exc:
-            print(f"pip could not install {' '.join(args.packages)} for Python {args.python_version} on {args.arch} "
-                  f"(exit status {exc.returncode}; its error is above)", file=sys.stderr)
+            print(pip_failure(exc.stderr or "", exc.returncode, requirements, args.packages, args.python_version,
+                              args.arch), file=sys.stderr)
             return 1
     print(json.dumps({"changed": changed, "archive": os.path.join(build_dir, f"{args.key}.tar.gz")}))
     return 0
