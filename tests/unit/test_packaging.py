@@ -107,8 +107,12 @@ def test_execution_environment_matches_the_collection_and_the_pins() -> None:
     assert ee["dependencies"]["ansible_core"]["package_pip"] == "ansible-core==%s" % dev_pin("ansible-core")
     hf_packages = load("roles/checkpoint/defaults/main.yml")["checkpoint_hf_packages"]
     steps = " ".join(ee["additional_build_steps"]["append_final"])
+    # exactly the wheels the checkpoint role pins with their SHA-256 (its build installs them with --require-hashes)
+    assert "--require-hashes" in steps
+    assert re.search(r"--requirement \S*/dgxspark/vllm/roles/checkpoint/files/hf_lib_requirements\.txt(\s|$)", steps)
+    pinned = (ROOT / "roles" / "checkpoint" / "files" / "hf_lib_requirements.txt").read_text()
     for package in hf_packages:
-        assert re.search(r"\s%s(\s|$)" % re.escape(package), steps), "%s is not baked into the EE" % package
+        assert re.search(r"(?m)^%s \\$" % re.escape(package), pinned), "%s is not pinned for the EE" % package
 
 
 # --------------------------------------------------------------------------- version policy (README, "Release notes")

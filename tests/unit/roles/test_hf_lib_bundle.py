@@ -7,6 +7,7 @@ from __future__ import annotations
 import base64
 import fcntl
 import hashlib
+import importlib.util
 import os
 import stat
 import json
@@ -199,11 +200,10 @@ def test_a_planted_lock_symlink_is_not_followed(tmp_path: Path) -> None:
 # The wheels are verified by hash (pip --require-hashes), the hashes pinned in the collection.
 
 def test_the_collections_pins_cover_the_default_packages_with_hashes() -> None:
-    sys.path.insert(0, str(SCRIPT.parent))
-    try:
-        import hf_lib_bundle  # pylint: disable=import-outside-toplevel,import-error
-    finally:
-        sys.path.remove(str(SCRIPT.parent))
+    spec = importlib.util.spec_from_file_location("hf_lib_bundle", SCRIPT)
+    assert spec is not None and spec.loader is not None
+    hf_lib_bundle = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(hf_lib_bundle)
     pinned = hf_lib_bundle.pins(PINNED.read_text())
     defaults = (SCRIPT.parents[1] / "defaults" / "main.yml").read_text()
     packages = [line.split("- ", 1)[1].strip() for line in defaults.split("checkpoint_hf_packages:", 1)[1].splitlines()[1:]
