@@ -534,6 +534,8 @@ def resolve(inputs: Inputs) -> dict[str, Any]:
         "api_key_set": bool(explicit.get("api_key")),
         "hf_token_set": bool(explicit.get("hf_token")),
         "require_pins": explicit.get("require_pins", False),
+        # the image role's record of the digest its staging resolved, on each node (read by the launch)
+        "image_record_path": _pins.RECORD_PATH,
         "unpinned": unpinned,
         "settings": {key: value for key, value in render_settings.items() if value is not None},
         "cluster": inputs.cluster,

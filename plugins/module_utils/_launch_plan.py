@@ -39,6 +39,7 @@ from ansible_collections.dgxspark.vllm.plugins.module_utils._kv_calibration impo
     same_values,
 )
 from ansible_collections.dgxspark.vllm.plugins.module_utils._firewall import launch_refusal
+from ansible_collections.dgxspark.vllm.plugins.module_utils._pins import PinError, launch_image
 from ansible_collections.dgxspark.vllm.plugins.module_utils._safe_paths import launch_refusal as folders_refusal
 from ansible_collections.dgxspark.vllm.plugins.module_utils._staging_lock import locked_nodes, refusal
 
@@ -115,6 +116,7 @@ class Plan:
                 "stop_first": self.stop_first, "any_exists": self.any_exists,
                 "attempt": self.state.get("attempt", 0), "kv": self.state.get("kv", {}),
                 "max_model_len": self.state.get("max_model_len"), "notes": list(self.state.get("notes", [])),
+                "image": dict(self.state.get("image", {})),
                 "serving": dict(self.state.get("serving", {}))}
 
 
@@ -149,6 +151,20 @@ def described_nodes(config: Mapping[str, Any], nodes: Mapping[str, Mapping[str, 
     """The render's node list (head first) from the node states (every node of the cluster read in this play)."""
     in_play(config, nodes)
     return [dict(_node_state(nodes, name)["node"]) for name in rank_order(config)]
+
+
+def pinned_image(config: Mapping[str, Any], nodes: Mapping[str, Mapping[str, Any]]) -> tuple[dict[str, Any], dict[str, str]]:
+    """The configuration with the image every rank runs: the digest staging resolved (``repo@sha256:...``, from each
+    node's record and local image), so that every node runs one build; PlanError when the nodes hold different ones."""
+    image = config.get("image") or config["settings"].get("image")
+    if not image:
+        return dict(config), {}   # the render names the missing image
+    try:
+        chosen = launch_image(str(image), {name: _node_state(nodes, name) for name in rank_order(config)})
+    except PinError as exc:
+        raise PlanError(str(exc)) from exc
+    settings = dict(config["settings"], image=chosen.reference)
+    return dict(config, settings=settings), chosen.as_dict()
 
 
 def settings_with(config: Mapping[str, Any], overrides: Mapping[str, Any]) -> dict[str, Any]:
@@ -400,6 +416,7 @@ def plan(config: Mapping[str, Any], nodes: Mapping[str, Mapping[str, Any]], rend
     metrics = the head's `vllm_metrics_info` result, for the report."""
     order = rank_order(config)
     in_play(config, nodes)
+    config, image = pinned_image(config, nodes)
     resolver = _Resolver(config, nodes, render, cache, calibration)
     state: dict[str, Any] = copy.deepcopy(dict(previous)) if previous else {}
 
@@ -412,7 +429,7 @@ def plan(config: Mapping[str, Any], nodes: Mapping[str, Mapping[str, Any]], rend
                     resolver.cache if resolver.changed else None)
 
     if not previous:
-        state = {"attempt": 0, "overrides": {}, "notes": [], "refitted": False}
+        state = {"attempt": 0, "overrides": {}, "notes": [], "refitted": False, "image": image}
         notes: list[str] = []
         specs, kv, overrides = resolver.resolve({}, notes, may_fit=calibration.accept_estimated_max_model_len)
         state.update(overrides=overrides, notes=notes)

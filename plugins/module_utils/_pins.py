@@ -23,6 +23,13 @@ from typing import Any
 
 RECORD_FORMAT = 1
 RECORD_PATH = "/var/lib/dgxspark/image.json"
+# The image_pin task's arguments (the action plugin validates with it; the module's documentation stub declares it).
+ARGUMENT_SPEC: dict[str, Any] = dict(
+    image=dict(type="str", required=True),
+    image_digest=dict(type="str", default=""),
+    head_repo_digests=dict(type="list", elements="str", default=[]),
+    head=dict(type="str", default="the head"),
+)
 _DIGEST = re.compile(r"^sha256:[0-9a-f]{64}$")
 _COMMIT = re.compile(r"^[0-9a-f]{40}$")
 _DEFAULT_REGISTRY = "docker.io"
@@ -166,11 +173,11 @@ def staging_pin(image: str, image_digest: str = "", head_repo_digests: Sequence[
                       "the nodes run the tag, and the image step compares their image IDs")
 
 
-def image_record(image: str, pin: Mapping[str, Any], image_id: str, staged_at: str) -> dict[str, Any]:
-    """The record the image role writes on each node after staging (JSON, root-only)."""
+def image_record(image: str, pin: Mapping[str, Any], image_id: str = "") -> dict[str, Any]:
+    """The record the image role writes on each node after staging (JSON, root-only; no time in it, so a re-run
+    that resolves the same digest rewrites nothing)."""
     return {"format": RECORD_FORMAT, "image": image, "reference": pin.get("reference") or image,
-            "digest": pin.get("digest") or "", "source": pin.get("source") or "none", "image_id": image_id or "",
-            "staged_at": staged_at}
+            "digest": pin.get("digest") or "", "source": pin.get("source") or "none", "image_id": image_id or ""}
 
 
 def parse_image_record(text: str | None) -> dict[str, Any] | None:
@@ -188,6 +195,17 @@ def parse_image_record(text: str | None) -> dict[str, Any] | None:
     if data["digest"] and not is_digest(data["digest"]):
         return None
     return data
+
+
+def parse_repo_digests(rc: int, out: str) -> list[str]:
+    """``docker image inspect --format '{{json .RepoDigests}}'`` -> the list ([] when the node lacks the image)."""
+    if rc != 0:
+        return []
+    try:
+        data = json.loads(out or "null")
+    except ValueError:
+        return []
+    return [str(item) for item in data if isinstance(item, str)] if isinstance(data, list) else []
 
 
 # ------------------------------------------------------------------------------------------------- launch

@@ -45,6 +45,12 @@ options:
   image:
     description: The serve image (as rendered); its ID on this node is returned as RV(image_id).
     type: str
+  image_record_path:
+    description:
+      - The record the image role writes on each node (C(/var/lib/dgxspark/image.json), root-only - the digest its
+        staging resolved); when given, it is returned as RV(image_record), and the repo digests of O(image) on this
+        node as RV(image_repo_digests). The launch runs the digest every node holds.
+    type: path
   stamp_path:
     description: The staged checkpoint's stamp file (C(.dgxspark-stamp.json)); returned as RV(stamp) when given.
     type: path
@@ -173,6 +179,19 @@ image_id:
   returned: always
   type: str
   sample: sha256:4f1c0d...
+image_repo_digests:
+  description: The repo digests (C(repo@sha256:...)) of O(image) on this node; null without O(image_record_path).
+  returned: always
+  type: list
+  elements: str
+  sample: ["ghcr.io/dgxspark-lab/vllm-openai-cpu@sha256:0123..."]
+image_record:
+  description:
+    - The image role's record on this node (C(format), C(image), C(reference), C(digest), C(source), C(image_id));
+      null without O(image_record_path), or when the file is absent or not a record.
+  returned: always
+  type: dict
+  sample: {image: "ghcr.io/dgxspark-lab/vllm-openai-cpu:v0.32.0", digest: "sha256:0123...", source: head}
 gpu:
   description: The GPU's name, driver and memory from C(nvidia-smi); null when it is absent or fails.
   returned: always
@@ -226,8 +245,18 @@ from ansible_collections.dgxspark.vllm.plugins.module_utils._http import get
 from ansible_collections.dgxspark.vllm.plugins.module_utils._node_state import (
     NodeStateError, chosen_iface, describe, identity, interface_with_ip, no_interface_message, parse_ipv4_addresses,
     read_state, wants_rdma)
+from ansible_collections.dgxspark.vllm.plugins.module_utils._pins import parse_image_record, parse_repo_digests
 from ansible_collections.dgxspark.vllm.plugins.module_utils._rdma import RdmaError, resolve_link
 from ansible_collections.dgxspark.vllm.plugins.module_utils._safe_paths import folder_problems
+
+
+def _read_text(path: str):
+    """A small file's text, None when it is absent or unreadable (a record the launch can do without)."""
+    try:
+        with open(path, encoding="utf-8") as handle:
+            return handle.read(65536)
+    except (OSError, UnicodeDecodeError):
+        return None
 
 
 def _read_meminfo() -> str:
@@ -266,6 +295,7 @@ def main() -> None:
             "sysfs_root": {"type": "path", "default": "/sys"},
             "container": {"type": "str"},
             "image": {"type": "str"},
+            "image_record_path": {"type": "path"},
             "stamp_path": {"type": "path"},
             "lock_path": {"type": "path"},
             "firewall_table": {"type": "str"},
@@ -309,6 +339,16 @@ def main() -> None:
                            module.get_bin_path("nft", opt_dirs=["/usr/sbin", "/sbin"]) if p["firewall_table"] else None)
     except NodeStateError as exc:
         module.fail_json(msg=str(exc))
+    state["image_record"] = state["image_repo_digests"] = None
+    if p["image_record_path"]:
+        state["image_record"] = parse_image_record(_read_text(p["image_record_path"]))
+        docker = module.get_bin_path("docker")
+        if p["image"] and docker and state["image_id"]:
+            rc, out, _err = module.run_command([docker, "image", "inspect", "--format", "{{json .RepoDigests}}",
+                                                p["image"]])
+            state["image_repo_digests"] = parse_repo_digests(rc, out)
+        else:
+            state["image_repo_digests"] = []
     described = {}
     if p["name"]:
         described = {"node": describe(p["name"], p["cx7_ip"], p["head"], cx7_iface, p["inventory"], p["detected"], rdma),

@@ -711,7 +711,7 @@ def test_the_result_carries_the_step_and_what_the_next_call_needs() -> None:
     cfg, states = config(), nodes()
     result = run(cfg, states).as_result()
     assert set(result) == {"step", "specs", "state", "message", "stop_first", "any_exists", "attempt", "kv",
-                           "max_model_len", "notes", "serving"}
+                           "max_model_len", "notes", "serving", "image"}
     assert (result["step"], result["attempt"], result["max_model_len"], result["notes"]) == ("calibrate", 1, "4096",
                                                                                              [])
     assert result["kv"] == result["state"]["kv"]

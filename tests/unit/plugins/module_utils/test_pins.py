@@ -106,7 +106,7 @@ def test_staging_pin_refuses(image, image_digest, head) -> None:
 
 def test_a_record_round_trips_and_a_foreign_one_is_ignored() -> None:
     pin = staging_pin(IMAGE, "", [f"{REPO}@{D1}"]).as_dict()
-    record = image_record(IMAGE, pin, "sha256:abc", "2026-01-01T00:00:00Z")
+    record = image_record(IMAGE, pin, "sha256:abc")
     assert parse_image_record(json.dumps(record)) == record
     assert record["reference"] == f"{REPO}@{D1}" and record["digest"] == D1
     for text in (None, "", "not json", "[]", json.dumps({**record, "format": 99}),
@@ -120,7 +120,7 @@ def _state(image_id="sha256:aaa", digests=(), record=None):
 
 def _record(digest):
     return image_record(IMAGE, {"reference": digest_reference(IMAGE, digest), "digest": digest, "source": "head"},
-                        "sha256:aaa", "t")
+                        "sha256:aaa")
 
 
 def test_the_launch_runs_the_recorded_digest_on_every_node() -> None:

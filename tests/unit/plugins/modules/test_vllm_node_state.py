@@ -120,3 +120,21 @@ def test_trusted_folders_name_each_unsafe_folder(tmp_path: Path, check_mode: boo
     (tmp_path / "cache").chmod(0o755)
     assert _run({"gpu": False, "trusted_folders": folders}, ANSWERS, {})["folders"] == []
     assert _run({"gpu": False}, ANSWERS, {})["folders"] is None
+
+
+def test_the_image_record_and_repo_digests_are_read_when_asked(tmp_path: Path) -> None:
+    digest = "sha256:" + "1" * 64
+    record = {"format": 1, "image": "vllm-node:v1", "reference": "vllm-node@" + digest, "digest": digest,
+              "source": "head", "image_id": "sha256:2222"}
+    (tmp_path / "image.json").write_text(json.dumps(record))
+    answers = {"container inspect": (0, json.dumps(RUNNING), ""),
+               "{{json .RepoDigests}}": (0, json.dumps(["vllm-node@" + digest]) + "\n", ""),
+               "image inspect": (0, "sha256:2222\n", "")}
+    args = {"gpu": False, "container": "c", "image": "vllm-node:v1", "image_record_path": str(tmp_path / "image.json")}
+    result = _run(args, answers, {"docker": "/usr/bin/docker"})
+    assert result["image_record"] == record and result["image_repo_digests"] == ["vllm-node@" + digest]
+    # no record on the node: the repo digests alone; not asked: neither
+    result = _run(dict(args, image_record_path=str(tmp_path / "absent.json")), answers, {"docker": "/usr/bin/docker"})
+    assert result["image_record"] is None and result["image_repo_digests"] == ["vllm-node@" + digest]
+    result = _run({"gpu": False, "container": "c", "image": "vllm-node:v1"}, answers, {"docker": "/usr/bin/docker"})
+    assert result["image_record"] is None and result["image_repo_digests"] is None
