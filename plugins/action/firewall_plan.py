@@ -33,7 +33,7 @@ class ActionModule(ControllerAction):
                 raise ControllerTaskError(f"the firewall cannot be planned: {host}'s `ip -j addr show` is not JSON "
                                           f"({exc})") from exc
         try:
-            result = plan(params["config"], addresses, reached)
+            result = plan(params["config"], addresses, reached, params.get("controller") or {})
         except FirewallError as exc:
             raise ControllerTaskError(f"the firewall cannot be planned: {exc}") from exc
         except KeyError as exc:

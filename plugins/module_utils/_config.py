@@ -21,6 +21,7 @@ from ansible_collections.dgxspark.vllm.plugins.module_utils import _kit
 from ansible_collections.dgxspark.vllm.plugins.module_utils import _manifest
 from ansible_collections.dgxspark.vllm.plugins.module_utils import _pins
 from ansible_collections.dgxspark.vllm.plugins.module_utils import _placeholders
+from ansible_collections.dgxspark.vllm.plugins.module_utils import _preflight
 from ansible_collections.dgxspark.vllm.plugins.module_utils import _tensor_parallel
 from ansible_collections.dgxspark.vllm.plugins.module_utils._profiles import (
     DEFAULT_PROFILE,
@@ -105,12 +106,16 @@ VARIABLES: Mapping[str, Variable] = {var.name: var for var in (
     _v("api_allowed_cidrs", kind="cidrs", example="[192.168.1.0/24]"),
     _v("require_api_key", kind="bool", example="true"),
     _v("require_pins", kind="bool", example="true"),
+    _v("api_key_file", kind="path", example="/etc/dgxspark/api-key"),
     # Read by select_cluster (every host of the inventory must give the same list), not by resolve.
     _v("clusters", scope="inventory", kind="names", example="[pair_a, pair_b]"),
 )}
 # Variables the collection sets itself as facts (never inventory input).
 FACT_NAMES = frozenset({FACT, "dgxspark_vllm_detected_cx7_iface", "dgxspark_vllm_detected_ib_hca",
-                        "dgxspark_vllm_detected_gid_index"})
+                        "dgxspark_vllm_detected_gid_index", "dgxspark_vllm_api_key_generated"})
+# Set with the generated key by the dgxspark_vllm role (every node of the cluster): the key came from the head's file.
+GENERATED_KEY_FACT = "dgxspark_vllm_api_key_generated"
+DEFAULT_API_KEY_FILE = "/etc/dgxspark/api-key"
 # Names people invent, with what to do instead.
 _HINTS: Mapping[str, str] = {
     "node_rank": "ranks come from the inventory groups: the host in spark_head is rank 0, the hosts in "
@@ -530,8 +535,11 @@ def resolve(inputs: Inputs) -> dict[str, Any]:
         "guard": explicit.get("guard", profile.launcher == "docker_run"),
         "firewall": explicit.get("firewall", True),
         "api_allowed_cidrs": explicit.get("api_allowed_cidrs", []),
-        "require_api_key": explicit.get("require_api_key", False),
+        "require_api_key": explicit.get("require_api_key", True),
         "api_key_set": bool(explicit.get("api_key")),
+        "api_key_file": explicit.get("api_key_file", DEFAULT_API_KEY_FILE),
+        **_api_key_plan(profile.launcher, render_settings.get("host"), bool(explicit.get("api_key")),
+                        bool((inputs.hostvars.get(head) or {}).get(GENERATED_KEY_FACT))),
         "hf_token_set": bool(explicit.get("hf_token")),
         "require_pins": explicit.get("require_pins", False),
         # the image role's record of the digest its staging resolved, on each node (read by the launch)
@@ -551,12 +559,26 @@ def resolve(inputs: Inputs) -> dict[str, Any]:
         config[key] = values[key]
     config["cx7_subnet"] = values["cx7_subnet"] or ""
     for key in ("lab", "accept_noncommercial_drafter", "staging_lock_path", "secure_logging", "profile", "guard",
-                "firewall", "require_api_key", "require_pins"):
+                "firewall", "require_api_key", "api_key_file", "require_pins"):
         sources.setdefault(key, "default")
-    sources.setdefault("api_allowed_cidrs", "default (the management networks of the nodes)")
+    sources.setdefault("api_allowed_cidrs", "default (the controller's address and the nodes)")
     sources["profile"] = sources.get("profile") if "profile" in explicit else "default"
     config["sources"] = {key: sources[key] for key in sorted(sources)}
     return config
+
+
+def _api_key_plan(launcher: str, host: Any, key_set: bool, generated: bool) -> dict[str, Any]:
+    """Where the API key comes from: the inventory (dgxspark_vllm_api_key), the head's generated key file (an API
+    beyond loopback without a key in the inventory: the dgxspark_vllm role generates it once, then reads it back
+    and gives it to every node as dgxspark_vllm_api_key), or nowhere (an API on loopback only)."""
+    beyond = _preflight.listens_beyond_loopback(launcher, host)
+    if generated:
+        source = "generated"
+    elif key_set:
+        source = "dgxspark_vllm_api_key"
+    else:
+        source = "generated" if beyond else "none"
+    return {"api_key_generate": beyond and not key_set, "api_key_source": source}
 
 
 def _unpinned(inputs: Inputs, values: Mapping[str, Any], explicit: Mapping[str, Any], name: Any,

@@ -8,8 +8,8 @@ The recipe serves with ``--network host`` on ``0.0.0.0:<port>``, and the ranks t
 ephemeral ports gloo and NCCL open on the CX7 link. The ruleset (one table of its own, ``inet dgxspark``, so that
 nothing else on the node is touched and removing it is one command) says:
 
-- the API port only from ``api_cidrs`` (default: the management networks of the inventory's nodes) and from the
-  node itself;
+- the API port only from ``api_cidrs``: the networks the user lists (``dgxspark_vllm_api_allowed_cidrs``), the
+  controller's own address (where Ansible's SSH connections to the nodes come from) and the nodes themselves;
 - everything arriving on the CX7 interface only from the other nodes' CX7 IPs (the master port, gloo, NCCL);
 - nothing for this node's CX7 addresses arriving on any other interface: Linux accepts a packet for any of its
   addresses on any interface, so a host of the management LAN that routes the CX7 subnet through a node's
@@ -58,23 +58,34 @@ def _network(where: str, value: str) -> ipaddress.IPv4Network | ipaddress.IPv6Ne
         raise FirewallError(f"{where}: {value!r} is not an address or a network (e.g. 192.168.1.0/24)") from exc
 
 
-def api_cidrs(given: Sequence[str] | None, management_networks: Sequence[str]) -> tuple[str, ...]:
-    """The networks the API answers: the given ones (dgxspark_vllm_api_allowed_cidrs), else the nodes' management
-    networks. Normalised (host bits cleared), deduplicated, in order."""
-    source = "dgxspark_vllm_api_allowed_cidrs"
-    values = list(given) if given else list(management_networks)
-    if not given:
-        source = "the management networks of the nodes"
-    if not values:
-        raise FirewallError("dgxspark_vllm_api_allowed_cidrs is empty and no node's management network is known: "
-                            "name the networks that may use the API (e.g. dgxspark_vllm_api_allowed_cidrs: "
-                            "[192.168.1.0/24])")
+def api_cidrs(given: Sequence[str] | None, controller: Sequence[str] = ()) -> tuple[str, ...]:
+    """The networks the API answers besides the nodes: the given ones (dgxspark_vllm_api_allowed_cidrs) and the
+    controller's own addresses (each alone, /32 or /128). Normalised (host bits cleared), deduplicated, in order; a
+    controller address inside a given network adds nothing."""
     out: list[str] = []
-    for value in values:
-        text = str(_network(source, value))
-        if text not in out:
-            out.append(text)
+    for source, values in (("dgxspark_vllm_api_allowed_cidrs", list(given or ())),
+                           ("the controller's address", list(controller))):
+        for value in values:
+            network = _network(source, value)
+            if source != "dgxspark_vllm_api_allowed_cidrs" and network.num_addresses != 1:
+                raise FirewallError(f"{source}: {value!r} is not one address")
+            if any(network.subnet_of(ipaddress.ip_network(known)) for known in out   # type: ignore[arg-type]
+                   if ipaddress.ip_network(known).version == network.version):
+                continue
+            out.append(str(network))
     return tuple(out)
+
+
+def controller_address(ssh_connection: str) -> str:
+    """The controller's address as a node sees it: the first field of the SSH session's SSH_CONNECTION
+    (``client_ip client_port server_ip server_port``); '' when the node was not reached over SSH."""
+    fields = str(ssh_connection or "").split()
+    if len(fields) != 4:
+        return ""
+    try:
+        return str(ipaddress.ip_address(fields[0].split("%")[0]))
+    except ValueError:
+        return ""
 
 
 def rules(cx7_iface: str, own_cx7_ip: str, cx7_ips: Sequence[str], api_port: int, master_port: int,
@@ -143,6 +154,10 @@ def ruleset(r: Rules, table: str = TABLE) -> str:
         f'    iifname "{r.cx7_iface}" ip6 saddr @cx7_peers6 accept comment "the other ranks"',
         f'    iifname "{r.cx7_iface}" ct state established,related accept comment "answers to this node"',
         f'    iifname "{r.cx7_iface}" icmpv6 type {{ nd-neighbor-solicit, nd-neighbor-advert }} accept',
+        # a node this table does not know yet (a cluster grown from two nodes to four) must still answer the
+        # preflight's ping on the link before the firewall step names it a peer: echo only, no port
+        f'    iifname "{r.cx7_iface}" icmp type echo-request accept comment "ping on the link (the preflight)"',
+        f'    iifname "{r.cx7_iface}" icmpv6 type echo-request accept comment "ping on the link (the preflight)"',
         f'    iifname "{r.cx7_iface}" counter drop comment "nothing else on the CX7 link"',
         f'    iifname != "{r.cx7_iface}" ip daddr @cx7_own4 counter drop comment "the CX7 addresses off the CX7 link"',
         f'    iifname != "{r.cx7_iface}" ip6 daddr @cx7_own6 counter drop comment "the CX7 addresses off the CX7 link"',
@@ -162,6 +177,7 @@ ARGUMENT_SPEC: dict = {
     "config": {"type": "dict", "required": True},
     "addresses": {"type": "dict", "required": True},
     "reached": {"type": "dict", "required": True},
+    "controller": {"type": "dict", "default": {}},
 }
 """firewall_plan's options: the resolved configuration, per host its ``ip -j addr show`` (parsed), per host the
 address Ansible reaches it on (resolved on the controller; "" when it could not be)."""
@@ -186,12 +202,12 @@ def _same(a: str, b: str) -> bool:
         return False
 
 
-def plan(config: dict, addresses: dict, reached: dict) -> dict:
-    """Every node's ruleset and what it allows; raises FirewallError naming what to fix."""
+def plan(config: dict, addresses: dict, reached: dict, controller: dict | None = None) -> dict:
+    """Every node's ruleset and what it allows; raises FirewallError naming what to fix. ``controller`` holds, per
+    node, the SSH_CONNECTION Ansible's session on it had ('' when it was not reached over SSH)."""
     hosts = [config["head"]] + list(config["workers"])
     nodes = config["nodes"]
     problems: list[str] = []
-    management: list[str] = []
     node_addresses: list[str] = []
     ifaces: dict[str, str] = {}
     for host in hosts:
@@ -213,17 +229,20 @@ def plan(config: dict, addresses: dict, reached: dict) -> dict:
         address = str(reached.get(host) or "")
         mine = [(local, prefix) for _iface, local, prefix in found if address and _same(local, address)]
         if mine:
-            management.append(f"{mine[0][0]}/{mine[0][1]}")
             node_addresses.append(str(ipaddress.ip_address(mine[0][0])))
-        elif not config.get("api_allowed_cidrs"):
-            problems.append(f"{host}: Ansible reaches it at {address or 'an address that did not resolve'}, which is "
-                            "on no interface of the node (NAT, a jump host?), so its management network is not known: "
-                            "name the networks that may use the API in dgxspark_vllm_api_allowed_cidrs "
-                            "(e.g. [192.168.1.0/24])")
     if problems:
         raise FirewallError("; ".join(problems))
     given_cidrs = list(config.get("api_allowed_cidrs") or [])
-    cidrs = list(api_cidrs(given_cidrs or None, management))
+    controllers = list(dict.fromkeys(
+        found for found in (controller_address((controller or {}).get(host, "")) for host in hosts)
+        if found and found not in node_addresses))
+    if not given_cidrs and not controllers:
+        raise FirewallError(
+            "the API would answer the nodes alone: dgxspark_vllm_api_allowed_cidrs is empty and the controller's "
+            "address is not known (Ansible did not reach the nodes over SSH: a local or docker connection). Name "
+            "the networks or addresses that may use the API in dgxspark_vllm_api_allowed_cidrs (e.g. "
+            "[192.168.1.10/32]; the nodes themselves are always allowed)")
+    cidrs = list(api_cidrs(given_cidrs, controllers))
     for address in node_addresses:   # the nodes themselves always may (the guard, status, verify from a node)
         if not any(ipaddress.ip_address(address) in ipaddress.ip_network(c) for c in cidrs):
             cidrs.append(str(ipaddress.ip_network(address)))
@@ -234,8 +253,10 @@ def plan(config: dict, addresses: dict, reached: dict) -> dict:
         r = rules(ifaces[host], str(nodes[host]["cx7_ip"]), cx7_ips, int(config["port"]), int(config["master_port"]),
                   cidrs, on_cx7)
         out[host] = {"ruleset": ruleset(r), "cx7_iface": ifaces[host], "peers": list(r.peers)}
-    return {"nodes": out, "api_cidrs": cidrs,
-            "source": "dgxspark_vllm_api_allowed_cidrs" if given_cidrs else "the management networks of the nodes"}
+    source = " and ".join(part for part in (
+        "dgxspark_vllm_api_allowed_cidrs" if given_cidrs else "",
+        f"the controller's address ({', '.join(controllers)})" if controllers else "") if part)
+    return {"nodes": out, "api_cidrs": cidrs, "controller": controllers, "source": source}
 
 
 # ------------------------------------------------------------------------------------------------ the launch's check

@@ -792,12 +792,18 @@ def _listen(exposure: Exposure, port: int) -> tuple[str, str, bool]:
     return host, "%s (%s%s)" % (where, "every interface; " if every else "", source), _is_loopback(host)
 
 
+def listens_beyond_loopback(launcher: str, host: Any) -> bool:
+    """Whether the API answers beyond the head: any host but loopback, vLLM's default (unset: every interface),
+    and the EXL3 kit, which binds 0.0.0.0 whatever the settings say."""
+    return not _listen(Exposure(host=str(host or ""), launcher=launcher), 0)[2]
+
+
 def _firewall_text(exposure: Exposure, port: int) -> str:
     if not exposure.firewall:
         return ("the firewall is off (dgxspark_vllm_firewall: false), so every network that reaches the head reaches "
                 "port %d" % port)
     networks = ", ".join(exposure.api_allowed_cidrs) if exposure.api_allowed_cidrs else (
-        "the management networks of the nodes (dgxspark_vllm_api_allowed_cidrs unset)")
+        "the controller's address (dgxspark_vllm_api_allowed_cidrs unset)")
     return "the collection's firewall (dgxspark_vllm_firewall) admits port %d only from %s and the nodes" % (
         port, networks)
 
@@ -814,15 +820,18 @@ def api_exposure_check(exposure: Exposure, port: int) -> Check:
                      "it." % where, "", data)
     firewall = _firewall_text(exposure, port)
     if exposure.api_key_set:
-        return Check("api_exposure", PASS, "The API listens on %s and answers only requests that carry "
-                     "dgxspark_vllm_api_key; %s." % (where, firewall), "", data)
+        return Check("api_exposure", PASS, "The API listens on %s and answers /v1 requests only with the API key; "
+                     "its other routes (/health, /metrics, /version, /tokenize) answer without it, to whoever "
+                     "reaches the port: %s." % (where, firewall), "", data)
     evidence = ("The API listens on %s without an API key (dgxspark_vllm_api_key is unset): %s, and whoever reaches "
                 "it can use the model." % (where, firewall))
     narrow = "" if exposure.launcher == "exl3_kit" else (
         " Or, when nothing beyond the head needs the API, serve on loopback: dgxspark_vllm_settings: "
         "{host: 127.0.0.1}.")
-    key = ("Set dgxspark_vllm_api_key (from a vault): vLLM then answers only requests with the key, and every "
-           "request of the collection carries it.")
+    key = ("Set dgxspark_vllm_api_key (from a vault), or leave it unset for the key the collection generates on "
+           "the head (dgxspark_vllm_api_key_file): vLLM then answers /v1 requests only with the key (its other "
+           "routes, /health and /metrics among them, stay open to whoever the firewall admits), and every request "
+           "of the collection carries it.")
     if exposure.require_api_key:
         return Check("api_exposure", FAIL, evidence + " dgxspark_vllm_require_api_key is true, so an API without a "
                      "key is refused.", key + narrow + " Or set dgxspark_vllm_require_api_key: false to accept an "

@@ -707,8 +707,8 @@ def _render_env(profile: Profile, settings: dict[str, Any], values: Mapping[str,
             raise _missing(str(missing), name, node, profile, "settings.remove_env")
         env[name] = text
     env.update(settings["extra_env"])
-    if api_key is not None:
-        env[API_KEY_ENV] = api_key
+    if api_key is not None and node.head:
+        env[API_KEY_ENV] = api_key   # only the head serves the API: a worker's rank has no use for the key
     return env
 
 

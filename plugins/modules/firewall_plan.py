@@ -13,8 +13,9 @@ description:
     writes the result.
   - Per node - the CX7 port (the interface that carries its C(dgxspark_vllm_cx7_ip)), the other nodes' CX7 IPs (the
     only sources allowed on that port) and the ruleset, one C(inet dgxspark) table replaced in one transaction.
-  - The API's networks - C(dgxspark_vllm_api_allowed_cidrs), else the management networks of the nodes (the network
-    of the address Ansible reaches each node on); the nodes' own management addresses are always added.
+  - The API's networks - C(dgxspark_vllm_api_allowed_cidrs) and the controller's own address (the client address of
+    Ansible's SSH session on the nodes, O(controller)); the nodes' own management addresses are always added. With
+    neither a list nor a known controller address the plan fails, naming the variable.
   - Runs on the controller only (an action plugin); it never connects to a node.
 author:
   - dgxspark.vllm contributors (@dgxspark)
@@ -44,6 +45,11 @@ options:
       the controller.
     type: dict
     required: true
+  controller:
+    description: Per inventory name, the C(SSH_CONNECTION) of Ansible's session on that node (C(client_ip client_port
+      server_ip server_port)); empty when it was not reached over SSH. Its client address is the controller's.
+    type: dict
+    default: {}
 """
 
 EXAMPLES = r"""
@@ -52,6 +58,7 @@ EXAMPLES = r"""
     config: "{{ dgxspark_vllm_config }}"
     addresses: "{{ dict(hosts | zip(hosts | map('extract', hostvars, ['node_ip', 'stdout']))) }}"
     reached: "{{ dict(hosts | zip(hosts | map('extract', hostvars, 'node_reached'))) }}"
+    controller: "{{ dict(hosts | zip(hosts | map('extract', hostvars, ['node_session', 'stdout']))) }}"
   vars:
     hosts: "{{ ansible_play_hosts_all }}"
   run_once: true
@@ -65,6 +72,11 @@ nodes:
   type: dict
 api_cidrs:
   description: The networks the API answers (besides the node itself).
+  returned: success
+  type: list
+  elements: str
+controller:
+  description: The controller's addresses the API answers (as the nodes saw Ansible's SSH sessions come from).
   returned: success
   type: list
   elements: str

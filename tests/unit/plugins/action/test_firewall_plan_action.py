@@ -38,11 +38,13 @@ ADDRESSES = {"lab-head": _ip("10.77.0.11", "enp1s0f1np1", "10.77.1.11"),
 def test_the_rulesets_from_the_nodes_text_and_a_resolved_name(check_mode: bool) -> None:
     with mock.patch("socket.getaddrinfo", return_value=[(2, 1, 6, "", ("10.77.0.12", 0))]) as lookup:
         result = run_action(ActionModule, {"config": CONFIG, "addresses": ADDRESSES,
-                                           "reached": {"lab-head": "10.77.0.11", "lab-worker": "worker.lan"}},
+                                           "reached": {"lab-head": "10.77.0.11", "lab-worker": "worker.lan"},
+                                           "controller": {"lab-head": "10.77.0.1 50022 10.77.0.11 22",
+                                                          "lab-worker": "10.77.0.1 50023 10.77.0.12 22"}},
                             check_mode=check_mode)
     lookup.assert_called_once_with("worker.lan", None)
     assert not result.get("failed") and result["changed"] is False
-    assert result["api_cidrs"] == ["10.77.0.0/24"]
+    assert result["api_cidrs"] == ["10.77.0.1/32", "10.77.0.11/32", "10.77.0.12/32"]
     assert result["nodes"]["lab-worker"]["cx7_iface"] == "enP2p1s0f1np1"
     assert 'iifname "enp1s0f1np1" ip saddr @cx7_peers4 accept' in result["nodes"]["lab-head"]["ruleset"]
 
@@ -51,9 +53,9 @@ def test_what_cannot_be_planned_fails_the_task_with_why() -> None:
     with mock.patch("socket.getaddrinfo", side_effect=OSError("no such host")):
         result = run_action(ActionModule, {"config": CONFIG, "addresses": ADDRESSES,
                                            "reached": {"lab-head": "10.77.0.11", "lab-worker": "gone.lan"}})
-    assert result["failed"] is True
-    assert result["msg"].startswith("the firewall cannot be planned: lab-worker: Ansible reaches it at an address that "
-                                    "did not resolve")
+    assert result["failed"] is True   # no controller session and no list: the API would answer the nodes alone
+    assert result["msg"].startswith("the firewall cannot be planned: the API would answer the nodes alone: "
+                                    "dgxspark_vllm_api_allowed_cidrs is empty")
     result = run_action(ActionModule, {"config": CONFIG, "addresses": dict(ADDRESSES, **{"lab-head": "{"}),
                                        "reached": {"lab-head": "10.77.0.11", "lab-worker": "10.77.0.12"}})
     assert result["failed"] is True and result["msg"].startswith(

@@ -38,7 +38,8 @@ def test_same_result_as_the_module(node: str, check_mode: bool) -> None:
         assert result[field] == by_module[field], field
     assert result["changed"] is False
     assert "lab-key-123" not in json.dumps(result)
-    assert result["secret_env"] == ["VLLM_API_KEY"]
+    # only the head serves the API, so only its container gets the key
+    assert result["secret_env"] == (["VLLM_API_KEY"] if node == "lab-head" else [])
 
 
 def test_a_render_error_fails_the_task_with_the_message() -> None:

@@ -486,15 +486,38 @@ def test_the_guard_is_refused_for_the_kit_and_a_bad_value_is_named() -> None:
 # --------------------------------------------------------------------------- the firewall and the API's exposure
 
 
-def test_the_firewall_is_on_by_default_and_the_api_networks_default_to_the_management_networks() -> None:
+def test_the_firewall_and_a_required_key_are_on_by_default_and_the_api_networks_default_to_the_controller() -> None:
     config = resolve(inputs())
-    assert config["firewall"] is True and config["api_allowed_cidrs"] == [] and config["require_api_key"] is False
-    assert config["sources"]["api_allowed_cidrs"].startswith("default (the management networks")
+    assert config["firewall"] is True and config["api_allowed_cidrs"] == [] and config["require_api_key"] is True
+    assert config["sources"]["api_allowed_cidrs"] == "default (the controller's address and the nodes)"
     config = resolve(inputs({"firewall": "off", "require_api_key": "yes",
                              "api_allowed_cidrs": ["10.0.0.7", "192.168.1.9/24", "192.168.1.0/24", "fd00::1/64"]}))
     assert config["firewall"] is False and config["require_api_key"] is True
     assert config["api_allowed_cidrs"] == ["10.0.0.7/32", "192.168.1.0/24", "fd00::/64"]
     assert config["sources"]["api_allowed_cidrs"] == "dgxspark_vllm_api_allowed_cidrs"
+
+
+def test_an_api_beyond_loopback_without_a_key_gets_a_generated_one() -> None:
+    # the recipe's host 0.0.0.0, no key in the inventory: the dgxspark_vllm role generates it on the head
+    config = resolve(inputs())
+    assert (config["api_key_generate"], config["api_key_source"]) == (True, "generated")
+    assert config["api_key_file"] == "/etc/dgxspark/api-key" and config["api_key_set"] is False
+    # once the role gave every node the generated key, it is read back, not made again, and still named generated
+    marked = {"api_key": "k" * 43, "api_key_generated": True}
+    config = resolve(inputs(marked, head=marked, worker=marked))
+    assert (config["api_key_generate"], config["api_key_source"], config["api_key_set"]) == (False, "generated", True)
+    # a key of the inventory: nothing generated
+    config = resolve(inputs({"api_key": "from-a-vault-1234", "api_key_file": "/root/key"}))
+    assert (config["api_key_generate"], config["api_key_source"]) == (False, "dgxspark_vllm_api_key")
+    assert config["api_key_file"] == "/root/key" and config["sources"]["api_key_file"] == "dgxspark_vllm_api_key_file"
+    # on loopback only, no key is needed and none is made
+    config = resolve(inputs({"settings": {"host": "127.0.0.1"}}))
+    assert (config["api_key_generate"], config["api_key_source"]) == (False, "none")
+    # the EXL3 kit binds 0.0.0.0 whatever the settings say
+    config = resolve(inputs({"profile": "glm53_flash_exl3", "guard": False, "accept_noncommercial_drafter": True,
+                             "settings": {"host": "127.0.0.1"}}))
+    assert (config["api_key_generate"], config["api_key_source"]) == (True, "generated")
+    assert problems(inputs({"api_key_file": "etc/key"}))[0].startswith("dgxspark_vllm_api_key_file must be an absolute")
 
 
 def test_bad_api_networks_are_named_before_anything_runs() -> None:

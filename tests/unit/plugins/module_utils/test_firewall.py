@@ -8,7 +8,14 @@ import subprocess
 
 import pytest
 
-from ansible_collections.dgxspark.vllm.plugins.module_utils._firewall import FirewallError, api_cidrs, plan, rules, ruleset
+from ansible_collections.dgxspark.vllm.plugins.module_utils._firewall import (
+    FirewallError,
+    api_cidrs,
+    controller_address,
+    plan,
+    rules,
+    ruleset,
+)
 
 LAB = dict(cx7_iface="enp1s0f1np1", own_cx7_ip="10.77.1.11", cx7_ips=["10.77.1.11", "10.77.1.12"], api_port=8000,
            master_port=29521, cidrs=("10.77.0.0/24",))
@@ -20,24 +27,33 @@ def _rules(**change):
     return rules(**params)
 
 
-@pytest.mark.parametrize("given, management, expected", [
-    (None, ["10.77.0.11/24", "10.77.0.12/24"], ("10.77.0.0/24",)),          # the nodes' network, once
-    ([], ["192.168.1.20/23"], ("192.168.0.0/23",)),                          # host bits cleared
-    (["10.0.0.5", "10.1.0.0/16", "10.0.0.5/32"], ["10.77.0.11/24"], ("10.0.0.5/32", "10.1.0.0/16")),  # given wins
-    (["fd00::/64"], [], ("fd00::/64",)),
+@pytest.mark.parametrize("given, controller, expected", [
+    (None, ["10.77.0.1"], ("10.77.0.1/32",)),                                # the controller alone, not its network
+    (["192.168.1.20/23"], [], ("192.168.0.0/23",)),                          # host bits cleared
+    (["10.0.0.5", "10.1.0.0/16", "10.0.0.5/32"], ["10.1.2.3"], ("10.0.0.5/32", "10.1.0.0/16")),  # held: nothing added
+    (["fd00::/64"], ["10.77.0.1", "fd01::1"], ("fd00::/64", "10.77.0.1/32", "fd01::1/128")),
 ])
-def test_the_api_answers_the_given_networks_else_the_management_networks(given, management, expected):
-    assert api_cidrs(given, management) == expected
+def test_the_api_answers_the_given_networks_and_the_controller(given, controller, expected):
+    assert api_cidrs(given, controller) == expected
 
 
-@pytest.mark.parametrize("given, management, message", [
-    (None, [], "dgxspark_vllm_api_allowed_cidrs is empty and no node's management network is known"),
+@pytest.mark.parametrize("given, controller, message", [
     (["10.0.0.0/33"], [], "dgxspark_vllm_api_allowed_cidrs: '10.0.0.0/33' is not an address or a network"),
-    (None, ["lab-head"], "the management networks of the nodes: 'lab-head' is not an address or a network"),
+    (None, ["lab-head"], "the controller's address: 'lab-head' is not an address or a network"),
+    (None, ["10.77.0.0/24"], "the controller's address: '10.77.0.0/24' is not one address"),
 ])
-def test_bad_networks_are_refused_naming_the_variable(given, management, message):
+def test_bad_networks_are_refused_naming_the_variable(given, controller, message):
     with pytest.raises(FirewallError, match="^" + message.replace("(", r"\(").replace(")", r"\)")):
-        api_cidrs(given, management)
+        api_cidrs(given, controller)
+
+
+@pytest.mark.parametrize("session, expected", [
+    ("10.77.0.1 52144 10.77.0.11 22", "10.77.0.1"),
+    ("fe80::1%eth0 52144 fe80::2%eth0 22", "fe80::1"),
+    ("", ""), ("10.77.0.1 52144", ""), ("not-an-address 1 2 3", ""),
+])
+def test_the_controller_address_is_the_ssh_sessions_client(session, expected):
+    assert controller_address(session) == expected
 
 
 def test_the_peers_are_the_other_nodes_cx7_ips():
@@ -67,13 +83,16 @@ def test_the_ruleset_replaces_its_own_table_and_names_every_rule():
     assert lines[1:4] == ["table inet dgxspark", "delete table inet dgxspark", "table inet dgxspark {"]
     assert "elements = { 10.77.0.0/24 }" in lines and "elements = { 10.77.1.12 }" in lines
     chain = lines[lines.index("chain input {") + 1:]
-    assert chain[:10] == [
+    assert chain[:12] == [
         "type filter hook input priority filter - 10; policy accept;",
         'iifname "lo" accept',
         'iifname "enp1s0f1np1" ip saddr @cx7_peers4 accept comment "the other ranks"',
         'iifname "enp1s0f1np1" ip6 saddr @cx7_peers6 accept comment "the other ranks"',
         'iifname "enp1s0f1np1" ct state established,related accept comment "answers to this node"',
         'iifname "enp1s0f1np1" icmpv6 type { nd-neighbor-solicit, nd-neighbor-advert } accept',
+        # a node not yet a peer (two nodes grown to four) answers the preflight's ping, and reaches no port
+        'iifname "enp1s0f1np1" icmp type echo-request accept comment "ping on the link (the preflight)"',
+        'iifname "enp1s0f1np1" icmpv6 type echo-request accept comment "ping on the link (the preflight)"',
         'iifname "enp1s0f1np1" counter drop comment "nothing else on the CX7 link"',
         'iifname != "enp1s0f1np1" ip daddr @cx7_own4 counter drop comment "the CX7 addresses off the CX7 link"',
         'iifname != "enp1s0f1np1" ip6 daddr @cx7_own6 counter drop comment "the CX7 addresses off the CX7 link"',
@@ -140,9 +159,14 @@ ADDRESSES = {"lab-head": _ip_addr(("lo", "127.0.0.1/8"), ("eth0", "10.77.0.11/24
 REACHED = {"lab-head": "10.77.0.11", "lab-worker": "10.77.0.12"}
 
 
-def test_the_plan_finds_each_cx7_port_and_defaults_the_api_to_the_management_network():
-    result = plan(CONFIG, ADDRESSES, REACHED)
-    assert result["api_cidrs"] == ["10.77.0.0/24"] and result["source"] == "the management networks of the nodes"
+SESSIONS = {"lab-head": "10.77.0.1 52144 10.77.0.11 22", "lab-worker": "10.77.0.1 40022 10.77.0.12 22"}
+
+
+def test_the_plan_finds_each_cx7_port_and_defaults_the_api_to_the_controller_and_the_nodes():
+    result = plan(CONFIG, ADDRESSES, REACHED, SESSIONS)
+    # not the management network: another host of that LAN is not the controller
+    assert result["api_cidrs"] == ["10.77.0.1/32", "10.77.0.11/32", "10.77.0.12/32"]
+    assert result["source"] == "the controller's address (10.77.0.1)" and result["controller"] == ["10.77.0.1"]
     head, worker = result["nodes"]["lab-head"], result["nodes"]["lab-worker"]
     assert (head["cx7_iface"], head["peers"]) == ("enp1s0f1np1", ["10.77.1.12"])
     # the CX7 port's addresses only (not the management, docker0 or loopback ones) are kept to that port
@@ -150,7 +174,19 @@ def test_the_plan_finds_each_cx7_port_and_defaults_the_api_to_the_management_net
     assert "set cx7_own4 {\n    type ipv4_addr\n    elements = { 10.77.1.12 }" in worker["ruleset"]
     assert (worker["cx7_iface"], worker["peers"]) == ("enP2p1s0f1np1", ["10.77.1.11"])
     assert 'iifname "enP2p1s0f1np1" counter drop' in worker["ruleset"]
-    assert "elements = { 10.77.0.0/24 }" in head["ruleset"]
+    assert "elements = { 10.77.0.1/32, 10.77.0.11/32, 10.77.0.12/32 }" in head["ruleset"]
+
+
+def test_without_a_list_or_a_known_controller_the_plan_names_the_variable():
+    for sessions in (None, {"lab-head": "", "lab-worker": ""},
+                     # a session from a node itself (the controller is the head): not a controller beyond the nodes
+                     {"lab-head": "10.77.0.11 1 10.77.0.11 22", "lab-worker": "10.77.0.11 2 10.77.0.12 22"}):
+        with pytest.raises(FirewallError, match="the API would answer the nodes alone: dgxspark_vllm_api_allowed_cidrs "
+                                                "is empty and the controller's address is not known"):
+            plan(CONFIG, ADDRESSES, REACHED, sessions)
+    given = plan(dict(CONFIG, api_allowed_cidrs=["192.168.1.0/24"]), ADDRESSES, REACHED, SESSIONS)
+    assert given["api_cidrs"] == ["192.168.1.0/24", "10.77.0.1/32", "10.77.0.11/32", "10.77.0.12/32"]
+    assert given["source"] == "dgxspark_vllm_api_allowed_cidrs and the controller's address (10.77.0.1)"
 
 
 def test_given_networks_win_and_the_nodes_themselves_are_always_allowed():
@@ -163,13 +199,7 @@ def test_given_networks_win_and_the_nodes_themselves_are_always_allowed():
 
 
 def test_an_unknown_management_address_is_fine_once_the_networks_are_given():
-    reached = {"lab-head": "spark-a.example", "lab-worker": ""}
-    with pytest.raises(FirewallError) as info:
-        plan(CONFIG, ADDRESSES, reached)
-    assert ("lab-head: Ansible reaches it at spark-a.example, which is on no interface of the node (NAT, a jump host?), "
-            "so its management network is not known: name the networks that may use the API in "
-            "dgxspark_vllm_api_allowed_cidrs") in str(info.value)
-    assert "lab-worker: Ansible reaches it at an address that did not resolve" in str(info.value)
+    reached = {"lab-head": "spark-a.example", "lab-worker": ""}   # NAT, a jump host: not on the nodes
     assert plan(dict(CONFIG, api_allowed_cidrs=["192.168.1.0/24"]), ADDRESSES, reached)["api_cidrs"] == [
         "192.168.1.0/24"]
 

@@ -655,7 +655,7 @@ def test_api_without_a_key_warns_naming_the_variables_and_the_firewall():
     assert check.evidence == (
         "The API listens on 0.0.0.0:8000 (every interface; settings.host, from profile glm53_flash_nvfp4) without an "
         "API key (dgxspark_vllm_api_key is unset): the collection's firewall (dgxspark_vllm_firewall) admits port "
-        "8000 only from the management networks of the nodes (dgxspark_vllm_api_allowed_cidrs unset) and the nodes, "
+        "8000 only from the controller's address (dgxspark_vllm_api_allowed_cidrs unset) and the nodes, "
         "and whoever reaches it can use the model.")
     assert check.fix.startswith("Set dgxspark_vllm_api_key (from a vault)")
     assert "dgxspark_vllm_require_api_key: true makes this an error." in check.fix
@@ -666,7 +666,7 @@ def test_api_without_a_key_warns_naming_the_variables_and_the_firewall():
     (True, ("192.168.1.0/24", "10.1.0.0/16"),
      "the collection's firewall (dgxspark_vllm_firewall) admits port 8000 only from 192.168.1.0/24, 10.1.0.0/16 and "
      "the nodes"),
-    (True, (), "only from the management networks of the nodes (dgxspark_vllm_api_allowed_cidrs unset)"),
+    (True, (), "only from the controller's address (dgxspark_vllm_api_allowed_cidrs unset)"),
     (False, ("192.168.1.0/24",), "the firewall is off (dgxspark_vllm_firewall: false), so every network that reaches "
                                  "the head reaches port 8000"),
 ])
@@ -675,7 +675,9 @@ def test_api_exposure_names_what_the_firewall_lets_through(firewall, cidrs, text
     check = api_exposure_check(Exposure(host="0.0.0.0", api_key_set=key, firewall=firewall, api_allowed_cidrs=cidrs),
                                8000)
     assert text in check.evidence
-    assert ("answers only requests that carry dgxspark_vllm_api_key" in check.evidence) is key
+    # the key guards /v1 only: the evidence must not say more (vLLM's /health and /metrics answer without it)
+    assert ("answers /v1 requests only with the API key; its other routes (/health, /metrics, /version, /tokenize) "
+            "answer without it" in check.evidence) is key
     assert check.data["api_allowed_cidrs"] == list(cidrs)
 
 

@@ -480,6 +480,15 @@ def test_api_key_only_in_container_env() -> None:
     assert "s3cr3t-key" not in repr(spec.container["labels"]) and "s3cr3t-key" not in spec.config_hash
 
 
+def test_only_the_head_gets_the_api_key() -> None:
+    # the worker's ranks serve no API: the key would only be one more place to read it from
+    worker = render("spark2", api_key="s3cr3t-key")
+    assert "VLLM_API_KEY" not in worker.container["env"]
+    assert "VLLM_API_KEY" not in worker.command_line and "s3cr3t-key" not in worker.command_line
+    assert worker.as_result()["secret_env"] == []
+    assert worker.config_hash == render("spark2").config_hash
+
+
 def test_the_result_names_the_api_key_env_without_its_value() -> None:
     result = render("spark1", api_key="s3cr3t-key").as_result()
     assert "s3cr3t-key" not in json.dumps(result)

@@ -42,9 +42,10 @@ def test_the_lab_passes_with_its_key_on_the_head_only() -> None:
     head = checks(result, "lab-head")["api_exposure"]
     assert head["status"] == "pass"
     assert head["evidence"] == (
-        "The API listens on 0.0.0.0:8000 (every interface; settings.host, from profile lab_cpu) and answers only "
-        "requests that carry dgxspark_vllm_api_key; the collection's firewall (dgxspark_vllm_firewall) admits port "
-        "8000 only from the management networks of the nodes (dgxspark_vllm_api_allowed_cidrs unset) and the nodes.")
+        "The API listens on 0.0.0.0:8000 (every interface; settings.host, from profile lab_cpu) and answers /v1 "
+        "requests only with the API key; its other routes (/health, /metrics, /version, /tokenize) answer without "
+        "it, to whoever reaches the port: the collection's firewall (dgxspark_vllm_firewall) admits port 8000 only "
+        "from the controller's address (dgxspark_vllm_api_allowed_cidrs unset) and the nodes.")
     assert "api_exposure" not in checks(result, "lab-worker")
     assert checks(result, "lab-worker")["secret_files"]["status"] == "pass"
 
