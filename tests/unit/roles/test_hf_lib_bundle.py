@@ -216,8 +216,8 @@ def test_the_collections_pins_cover_the_default_packages_with_hashes() -> None:
 
 def test_a_package_not_pinned_with_hashes_is_refused_before_pip_runs(tmp_path: Path) -> None:
     build = tmp_path / "build"
-    run = run_script("--build-dir", str(build), reqs=requirements(tmp_path, "huggingface_hub==0.35.0 \\\n"
-                                                                              f"    --hash=sha256:{FAKE_HASH}\n"))
+    older = f"huggingface_hub==0.35.0 \\\n    --hash=sha256:{FAKE_HASH}\n"
+    run = run_script("--build-dir", str(build), reqs=requirements(tmp_path, older))
     assert run.returncode == 2
     assert (f"refusing the build: huggingface_hub==0.36.0 is not pinned with its hashes in {tmp_path}/requirements.txt "
             "(it pins 0.35.0); every wheel is installed with pip --require-hashes from that file") in run.stderr

@@ -36,6 +36,7 @@ def recorded(cfg: dict[str, Any], states: dict[str, dict[str, Any]], values: dic
                       [states[HEAD]["identity"], states[WORKER]["identity"]])
     return record(empty_cache(), cache_key(parts), parts, values, "2026-12-01T08:00:00Z")
 
+
 PLANTED = ("refusing the cache folder (HF_HOME of the root serve container) /var/tmp/cache (dgxspark_vllm_cache_path): "
            "/var/tmp/cache belongs to 4321 (uid 4321), not root: its owner can replace what root downloads and serves "
            "below it. Fix: remove it (sudo rm -rf -- /var/tmp/cache: anyone may have made it there; staging makes the "
