@@ -108,18 +108,19 @@ def unpinned(values: Mapping[str, Any], name: Any, image_digest: str = "") -> li
     out: list[tuple[str, str]] = []
     image = values.get("image")
     if isinstance(image, str) and image and not split_image(image).digest and not is_digest(image_digest):
-        out.append(("image", f"{name('image')} {image!r} is a tag, not a digest: a tag can move to another build between "
-                   "runs. Staging resolves it to one digest and every node runs that, but the next staging may "
-                   f"resolve another; pin it with {name('image')}: {split_image(image).name}@sha256:<digest> (the "
-                   "image step prints the digest it resolved)"))
+        out.append(("image", f"{name('image')} {image!r} is a tag, not a digest: a tag can move to another build "
+                             "between runs. Staging resolves it to one digest and every node runs that, but the next "
+                             f"staging may resolve another; pin it with {name('image')}: "
+                             f"{split_image(image).name}@sha256:<digest> (the image step prints the digest it "
+                             "resolved)"))
     for repo_key, key in (("model_repo", "model_revision"), ("drafter_repo", "drafter_revision")):
         repo = values.get(repo_key)
         revision = values.get(key)
         if not repo or is_commit(revision):
             continue
-        out.append((key, f"{name(key)} {revision!r} of {repo} is not a commit: the branch can move to other weights "
-                   f"between runs. Pin it with {name(key)}: <40-hex commit> (the checkpoint step prints the commit "
-                   "it resolved; or the hub's model page, Files and versions)"))
+        out.append((key, f"{name(key)} {revision!r} of {repo} is not a commit: the branch can move to other "
+                         f"weights between runs. Pin it with {name(key)}: <40-hex commit> (the checkpoint step "
+                         "prints the commit it resolved; or the hub's model page, Files and versions)"))
     return out
 
 
