@@ -37,7 +37,7 @@ attributes:
     support: full
     details: Once the file exists, the key in it is returned and nothing is written.
 notes:
-  - Run it with C(no_log=true): the key is in its result.
+  - Run it with C(no_log=true), because the key is in its result.
 """
 
 EXAMPLES = r"""

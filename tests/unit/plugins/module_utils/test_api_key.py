@@ -51,7 +51,7 @@ def test_two_runs_racing_end_with_one_key(tmp_path, monkeypatch) -> None:
 def test_threads_racing_end_with_one_key(tmp_path) -> None:
     path = str(tmp_path / "api-key")
     keys: list[str] = []
-    threads = [threading.Thread(target=lambda: keys.append(read_or_create(path)[0])) for _ in range(8)]
+    threads = [threading.Thread(target=lambda: keys.append(read_or_create(path)[0])) for _thread in range(8)]
     for thread in threads:
         thread.start()
     for thread in threads:
@@ -60,12 +60,12 @@ def test_threads_racing_end_with_one_key(tmp_path) -> None:
 
 
 @pytest.mark.parametrize("plant, message", [
-    (lambda p: (os.symlink("/etc/hostname", p)), "cannot open the secret file"),
+    (lambda p: os.symlink("/etc/hostname", p), "cannot open the secret file"),
     (lambda p: (open(p, "w").write("k" * 40), os.chmod(p, 0o644)), "has mode 0644: group or others can use it"),
     (lambda p: (open(p, "w").write("short"), os.chmod(p, 0o600)), "does not hold a usable API key"),
     (lambda p: (open(p, "w").write(""), os.chmod(p, 0o600)), "does not hold a usable API key (it is empty)"),
     (lambda p: (open(p, "w").write("has a space inside it"), os.chmod(p, 0o600)), "does not hold a usable API key"),
-    (lambda p: os.mkdir(p), "is not a regular file"),
+    (os.mkdir, "is not a regular file"),
 ])
 def test_a_key_file_that_cannot_be_trusted_is_refused_and_left(tmp_path, plant, message) -> None:
     path = str(tmp_path / "api-key")
@@ -100,8 +100,10 @@ def test_another_users_folder_is_refused(tmp_path) -> None:
     assert os.listdir(folder) == []
 
 
-@pytest.mark.parametrize("folder_mode, message", [(0o777, "has mode 0777: others can add or replace files in it"),
-                                                   (0o775, "has mode 0775")])
+@pytest.mark.parametrize("folder_mode, message", [
+    (0o777, "has mode 0777: others can add or replace files in it"),
+    (0o775, "has mode 0775"),
+])
 def test_a_folder_others_can_write_is_refused(tmp_path, folder_mode, message) -> None:
     folder = tmp_path / "dgxspark"
     folder.mkdir()
@@ -120,6 +122,6 @@ def test_a_symlinked_folder_is_refused(tmp_path) -> None:
 
 
 def test_new_keys_are_long_and_url_safe() -> None:
-    keys = {_api_key.new_key() for _ in range(50)}
+    keys = {_api_key.new_key() for _key in range(50)}
     assert len(keys) == 50
     assert all(len(key) >= 43 and _api_key.check_key(key, "p") == key for key in keys)
