@@ -536,7 +536,6 @@ def resolve(inputs: Inputs) -> dict[str, Any]:
         "firewall": explicit.get("firewall", True),
         "api_allowed_cidrs": explicit.get("api_allowed_cidrs", []),
         "require_api_key": explicit.get("require_api_key", True),
-        "api_key_set": bool(explicit.get("api_key")),
         "api_key_file": explicit.get("api_key_file", DEFAULT_API_KEY_FILE),
         **_api_key_plan(profile.launcher, render_settings.get("host"), bool(explicit.get("api_key")),
                         bool((inputs.hostvars.get(head) or {}).get(GENERATED_KEY_FACT))),
@@ -578,7 +577,10 @@ def _api_key_plan(launcher: str, host: Any, key_set: bool, generated: bool) -> d
         source = "dgxspark_vllm_api_key"
     else:
         source = "generated" if beyond else "none"
-    return {"api_key_generate": beyond and not key_set, "api_key_source": source}
+    # set: the inventory's key, or the generated one (the dgxspark_vllm role reads or makes it right after this
+    # step, in the same play, so a play's first resolution already counts it)
+    return {"api_key_generate": beyond and not key_set, "api_key_source": source,
+            "api_key_set": key_set or beyond}
 
 
 def _unpinned(inputs: Inputs, values: Mapping[str, Any], explicit: Mapping[str, Any], name: Any,

@@ -173,7 +173,9 @@ def test_the_allow_flag_lifts_the_memory_limit() -> None:
 
 def test_an_empty_secret_or_drafter_is_fine_and_an_empty_subnet_is_unset() -> None:
     config = resolve(inputs({"api_key": "", "drafter_repo": "", "cx7_subnet": "", "profile": "lab_cpu"}))
-    assert config["api_key_set"] is False and config["drafter_repo"] == "" and config["cx7_subnet"] == ""
+    # an empty key is no key: the one the collection generates (lab_cpu listens on 0.0.0.0) is used instead
+    assert config["api_key_source"] == "generated" and config["api_key_generate"] is True
+    assert config["drafter_repo"] == "" and config["cx7_subnet"] == ""
 
 
 def test_the_render_needs_what_its_templates_use() -> None:
@@ -501,7 +503,8 @@ def test_an_api_beyond_loopback_without_a_key_gets_a_generated_one() -> None:
     # the recipe's host 0.0.0.0, no key in the inventory: the dgxspark_vllm role generates it on the head
     config = resolve(inputs())
     assert (config["api_key_generate"], config["api_key_source"]) == (True, "generated")
-    assert config["api_key_file"] == "/etc/dgxspark/api-key" and config["api_key_set"] is False
+    # a play's first resolution already counts the key the role generates right after it (preflight, Prometheus)
+    assert config["api_key_file"] == "/etc/dgxspark/api-key" and config["api_key_set"] is True
     # once the role gave every node the generated key, it is read back, not made again, and still named generated
     marked = {"api_key": "k" * 43, "api_key_generated": True}
     config = resolve(inputs(marked, head=marked, worker=marked))
@@ -512,7 +515,7 @@ def test_an_api_beyond_loopback_without_a_key_gets_a_generated_one() -> None:
     assert config["api_key_file"] == "/root/key" and config["sources"]["api_key_file"] == "dgxspark_vllm_api_key_file"
     # on loopback only, no key is needed and none is made
     config = resolve(inputs({"settings": {"host": "127.0.0.1"}}))
-    assert (config["api_key_generate"], config["api_key_source"]) == (False, "none")
+    assert (config["api_key_generate"], config["api_key_source"], config["api_key_set"]) == (False, "none", False)
     # the EXL3 kit binds 0.0.0.0 whatever the settings say
     config = resolve(inputs({"profile": "glm53_flash_exl3", "guard": False, "accept_noncommercial_drafter": True,
                              "settings": {"host": "127.0.0.1"}}))
