@@ -222,6 +222,28 @@ def assess(config: GuardConfig, baseline: dict[str, str], ranks: list[RankObserv
     return None
 
 
+def started_rank_problem(obs: RankObservation, started_at: str | None) -> str | None:
+    """Why a rank a restore started can no longer join its group, or None while it may.
+
+    ``started_at`` is the start the restore gave the rank (Docker's State.StartedAt read after ``docker start``).
+    Watched for every started rank on every poll of a restore, so that a rank whose container dies, starts again
+    or is frozen (``docker pause``) after its rendezvous ends the restore at once, not when the head's dead-peer
+    grace runs out. An unreachable node is left to the caller (it names the node's Docker, not the rank)."""
+    if not obs.reachable:
+        return None
+    if not obs.exists:
+        return f"the serve container on {obs.name} is gone"
+    if not obs.running:
+        code = "" if obs.exit_code is None else f" (exit code {obs.exit_code})"
+        return f"the serve container on {obs.name} died during the restore{code}"
+    if started_at and obs.started_at and obs.started_at != started_at:
+        return (f"the serve container on {obs.name} started again during the restore (at {obs.started_at}; the "
+                f"restore started it at {started_at})")
+    if obs.paused:
+        return f"the serve container on {obs.name} is paused (docker pause) during the restore"
+    return None
+
+
 # ------------------------------------------------------------------------------------------------ the API probe
 
 PROGRESS_COUNTERS = ("vllm:prompt_tokens_total", "vllm:generation_tokens_total")

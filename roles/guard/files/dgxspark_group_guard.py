@@ -439,6 +439,19 @@ class Guard:
                 errors.append("%s: %s" % (rank.name, error))
         return "; ".join(errors) or None
 
+    def _started_still_up(self, started: dict, pending: set, phase: str, record: dict) -> bool:
+        """Every rank this restore started and no longer waits on still runs its start, unfrozen; else the record
+        says which rank and why (_guard.started_rank_problem) and the restore ends now, not at a peer's grace."""
+        for rank in self.config.ranks:
+            if rank.name not in started or rank.name in pending:
+                continue
+            obs = self.nodes[rank.name].inspect(self.config.container)
+            problem = obs.error if not obs.reachable else G.started_rank_problem(obs, started[rank.name])
+            if problem:
+                record.update(failed_rank=rank.name, failed_phase=phase, error=problem)
+                return False
+        return True
+
     def _wait(self, ranks: list, target: str, peers: list, started: dict, record: dict) -> bool:
         """Wait until every rank in `ranks` reached `target`; on failure fill record and return False."""
         t0 = self.clock()
@@ -455,6 +468,8 @@ class Guard:
             if lock is not None:
                 record.update(failed_rank=None, failed_phase=target, aborted=True,
                               error="maintenance began (%s): that run owns the cluster now" % lock["holder"])
+                return False
+            if not self._started_still_up(started, pending, target, record):
                 return False
             for rank in ranks:
                 if rank.name not in pending:
@@ -474,6 +489,10 @@ class Guard:
                     record.update(failed_rank=rank.name, failed_phase=verdict.phase or "container_started",
                                   error=verdict.reason)
                     return False
+                problem = G.started_rank_problem(obs, started.get(rank.name))
+                if problem:
+                    record.update(failed_rank=rank.name, failed_phase=verdict.phase or target, error=problem)
+                    return False
                 if verdict.status == "waiting" and self.clock() - shown[rank.name] >= self.config.progress_seconds:
                     shown[rank.name] = self.clock()
                     waited = self.clock() - record["started_at"]
@@ -485,12 +504,14 @@ class Guard:
                 self.sleep(self.config.poll_seconds)
         return True
 
-    def _serves(self, record: dict) -> bool:
-        """The head answers a completion (bounded by the api_up budget)."""
+    def _serves(self, started: dict, record: dict) -> bool:
+        """The head answers a completion (bounded by the api_up budget), while every started rank still runs."""
         if self.probe is None:
             return True
         deadline = self.clock() + self.config.budgets.get("api_up", 900.0)
         while True:
+            if not self._started_still_up(started, set(), "api_up", record):
+                return False
             ok, detail = self.probe.serves()
             if ok:
                 return True
@@ -572,7 +593,7 @@ class Guard:
         peers = [rank.cx7_ip for rank in self.config.workers]
         if not self._wait([head], "api_up", peers, started, record):
             return False
-        return self._serves(record)
+        return self._serves(started, record)
 
     # -- the service
     def serve(self) -> int:

@@ -520,6 +520,47 @@ def test_head_whose_peers_never_connect_fails(tmp_path, monkeypatch):
     assert "peer 10.77.1.13 never connected" in last["error"]
 
 
+def kill_when(rig, at: float, name: str, what: str = "crash"):
+    """Make `name`'s container die (or be paused) once the fake clock reaches `at`, while the guard sleeps."""
+    sleep = rig.guard.sleep
+    done = []
+
+    def sleep_then(seconds):
+        sleep(seconds)
+        if not done and rig.clock.now >= at:
+            done.append(rig.clock.now)
+            if what == "crash":
+                rig.nodes[name].crash(exit_code=137)
+            else:
+                rig.box(name).paused = True
+
+    rig.guard.sleep = sleep_then
+    return done
+
+
+@pytest.mark.parametrize("what, why", [("crash", "died during the restore (exit code 137)"),
+                                       ("pause", "is paused (docker pause) during the restore")])
+def test_a_worker_lost_after_its_rendezvous_ends_the_restore_at_once(tmp_path, monkeypatch, what, why):
+    """The head waits for every rank (peer grace 30 s): the worker's death is seen at the next poll, not then."""
+    monkeypatch.delenv("NOTIFY_SOCKET", raising=False)
+    rig = Rig(tmp_path, peer_grace_seconds=30)
+    assert rig.guard.tick() == "ok"
+    rig.nodes[W1].crash()
+    # the workers reach their rendezvous 2 s after their start, the head is started then and serves 10 s later
+    died = kill_when(rig, rig.clock.now + WORKER_RENDEZVOUS_AFTER + 4, W2, what)
+    mark = rig.mark()
+    assert rig.guard.tick() == "restore_failed"
+    last = rig.state.last_restore
+    assert (last["ok"], last["failed_rank"], last["failed_phase"]) == (False, W2, "api_up")
+    assert last["error"] == "the serve container on %s %s" % (W2, why)
+    assert rig.clock.now - died[0] <= rig.config.poll_seconds
+    assert rig.state.restores_failed_total == 1
+    assert not any(rig.running().values())                       # the group stopped: no rank left alone
+    assert not rig.box(W2).paused
+    assert rig.actions(mark)[-2:] == [(HEAD, "stop"), (W1, "stop")] if what == "crash" else \
+        rig.actions(mark)[-4:] == [(HEAD, "stop"), (W1, "stop"), (W2, "unpause"), (W2, "stop")]
+
+
 def test_api_failing_past_grace_restores(rig):
     rig.probe.failing_since, rig.probe.detail = rig.clock.now - 59, "GET /health: 503"
     assert rig.guard.tick() == "ok"

@@ -221,6 +221,27 @@ def test_assess_api_failing_past_grace_is_broken_at_the_head():
                                                "container runs: GET /health: 503")
 
 
+@pytest.mark.parametrize("obs, problem", [
+    (up("spark2"), None),
+    (G.RankObservation("spark2", reachable=False, exists=False, error="ssh: timeout"), None),   # the caller's
+    (G.RankObservation("spark2", running=False, started_at=T1, exit_code=137),
+     "the serve container on spark2 died during the restore (exit code 137)"),
+    (G.RankObservation("spark2", running=False, started_at=T1), "the serve container on spark2 died during the restore"),
+    (G.RankObservation("spark2", exists=False), "the serve container on spark2 is gone"),
+    (up("spark2", T2), f"the serve container on spark2 started again during the restore (at {T2}; the restore "
+                       f"started it at {T1})"),
+    (G.RankObservation("spark2", running=True, paused=True, started_at=T1),
+     "the serve container on spark2 is paused (docker pause) during the restore"),
+])
+def test_started_rank_problem(obs, problem):
+    assert G.started_rank_problem(obs, T1) == problem
+
+
+def test_started_rank_problem_without_a_known_start_judges_the_rest():
+    assert G.started_rank_problem(up("spark2", T2), None) is None
+    assert "paused" in G.started_rank_problem(G.RankObservation("spark2", running=True, paused=True), None)
+
+
 def test_state_from_inspect():
     obs = G.state_from_inspect("spark2", {"Running": True, "Paused": True, "StartedAt": T1, "ExitCode": 0})
     assert obs == G.RankObservation("spark2", running=True, paused=True, started_at=T1, exit_code=0)
