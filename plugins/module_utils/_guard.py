@@ -68,6 +68,7 @@ class GuardConfig:
     backoff_max_seconds: float = 900.0
     max_failed_restores: int = 3            # failed restores in `window_seconds` before giving up
     window_seconds: float = 3600.0
+    stable_seconds: float = 600.0           # a restore whose group broke again sooner counts as failed
     log_lines: int = 30
     ssh_config: str = "/etc/dgxspark/guard/ssh_config"   # the guard's own ssh_config (its key, the workers' aliases)
 
@@ -82,7 +83,7 @@ class GuardConfig:
 
 _FLOATS = ("interval_seconds", "probe_interval_seconds", "probe_timeout_seconds", "grace_seconds", "stop_seconds",
            "poll_seconds", "peer_grace_seconds", "node_wait_seconds", "backoff_seconds", "backoff_max_seconds",
-           "window_seconds", "stall_seconds", "progress_seconds")
+           "window_seconds", "stall_seconds", "progress_seconds", "stable_seconds")
 _INTS = ("max_failed_restores", "log_lines")
 _STRINGS = ("container", "api_url", "served_model_name", "state_path", "maintenance_path")
 _OPTIONAL_PATHS = ("ssh_config",)
@@ -349,9 +350,21 @@ def set_status(state: GuardState, status: str, detail: str, now: float) -> bool:
     return changed
 
 
+def failed(attempt: dict[str, Any]) -> bool:
+    """A restore that counts as failed: it did not bring the group back, or the group it brought back broke again
+    within ``stable_seconds`` (``unstable``, set by note_break)."""
+    return not attempt.get("ok") or bool(attempt.get("unstable"))
+
+
 def failed_in_window(state: GuardState, config: GuardConfig, now: float) -> list[dict[str, Any]]:
-    """The failed restores that count towards giving up (in the window, not before the last arm)."""
-    return [a for a in _in_window(state, config, now) if not a.get("ok")]
+    """The failed restores that count towards backoff and giving up: those in a row in the window (not before the
+    last arm), back to the last restore whose group stayed serving for ``stable_seconds``."""
+    streak: list[dict[str, Any]] = []
+    for attempt in reversed(_in_window(state, config, now)):
+        if not failed(attempt):
+            break
+        streak.insert(0, attempt)
+    return streak
 
 
 def _in_window(state: GuardState, config: GuardConfig, now: float) -> list[dict[str, Any]]:
@@ -359,13 +372,32 @@ def _in_window(state: GuardState, config: GuardConfig, now: float) -> list[dict[
             if not a.get("window_reset") and now - float(a.get("started_at", 0)) < config.window_seconds]
 
 
+def note_break(state: GuardState, config: GuardConfig, now: float) -> bool:
+    """The group is broken at ``now``: when the last restore succeeded less than ``stable_seconds`` ago, it did not
+    last and counts as failed from now on (marked ``unstable`` with how long it served). True when marked."""
+    if not state.attempts:
+        return False
+    last = state.attempts[-1]
+    if not last.get("ok") or last.get("unstable") or last.get("window_reset"):
+        return False
+    served = now - float(last.get("finished_at") or now)
+    if served >= config.stable_seconds:
+        return False
+    last["unstable"] = True
+    last["served_seconds"] = round(served, 1)
+    if state.last_restore is not None and state.last_restore.get("started_at") == last.get("started_at"):
+        state.last_restore = last
+    return True
+
+
 def backoff(state: GuardState, config: GuardConfig, now: float) -> float:
-    """Seconds to wait after the last restore before the next: 0 for the first in a window, then
-    backoff_seconds doubled for each further restore in the window, at most backoff_max_seconds."""
-    recent = _in_window(state, config, now)
-    if not recent:
+    """Seconds to wait after the last failed restore before the next: 0 when no restore failed in a row (a restore
+    after a healthy run starts at once), then backoff_seconds doubled for each further failure, at most
+    backoff_max_seconds."""
+    streak = failed_in_window(state, config, now)
+    if not streak:
         return 0.0
-    return min(config.backoff_max_seconds, config.backoff_seconds * 2 ** (len(recent) - 1))
+    return min(config.backoff_max_seconds, config.backoff_seconds * 2 ** (len(streak) - 1))
 
 
 def decide(state: GuardState, config: GuardConfig, finding: Finding | None, now: float) -> str:
@@ -376,15 +408,26 @@ def decide(state: GuardState, config: GuardConfig, finding: Finding | None, now:
         return "wait_nodes"
     if finding.kind == "absent":
         return "give_up"
-    if len(failed_in_window(state, config, now)) >= config.max_failed_restores:
+    note_break(state, config, now)
+    streak = failed_in_window(state, config, now)
+    if len(streak) >= config.max_failed_restores:
         return "give_up"
-    recent = _in_window(state, config, now)
-    if recent:
-        wait = backoff(state, config, now) - (now - float(recent[-1].get("finished_at") or now))
+    if streak:
+        wait = backoff(state, config, now) - (now - float(streak[-1].get("finished_at") or now))
         if wait > 0:
             state.next_attempt_at = now + wait
             return "backoff"
     return "restore"
+
+
+def backoff_notice(previous: tuple | None, finding: Finding, next_attempt_at: float) -> tuple[tuple, str | None]:
+    """While the guard backs off: the key of what it waits on (the broken rank, the kind, the next restore) and the
+    journal line to write when that changed since ``previous`` (None otherwise: one line per change, not per look;
+    the reason's own text may move every look, e.g. how long the API has failed)."""
+    key = (finding.kind, finding.rank, round(next_attempt_at))
+    if key == previous:
+        return key, None
+    return key, f"broken ({finding.reason}), backing off until {iso(next_attempt_at)}"
 
 
 def record_restore(state: GuardState, config: GuardConfig, record: dict[str, Any]) -> None:
@@ -405,8 +448,11 @@ def give_up_record(state: GuardState, config: GuardConfig, finding: Finding, now
         why = finding.reason
     else:
         last = failed[-1]
-        why = (f"{len(failed)} restores failed within {config.window_seconds:.0f} s; the last one failed at "
-               f"{last.get('failed_rank') or '?'} in phase {last.get('failed_phase') or '?'}: {last.get('error')}")
+        cause = (f"the last one failed at {last.get('failed_rank') or '?'} in phase {last.get('failed_phase') or '?'}: "
+                 f"{last.get('error')}") if not last.get("ok") else (
+                 f"the last one's group broke again after {float(last.get('served_seconds') or 0):.0f} s (stable after "
+                 f"{config.stable_seconds:.0f} s): {finding.reason}")
+        why = f"{len(failed)} restores failed within {config.window_seconds:.0f} s; {cause}"
     last_lines = failed[-1].get("last_lines", []) if failed else []
     return {"at": now, "finding": asdict(finding), "reason": why, "last_lines": last_lines,
             "fix": "find the cause in the reason and the last lines, then run the launch (playbooks/launch.yml), "
@@ -484,7 +530,8 @@ def maintenance_active(text: str | None, now: float) -> dict[str, Any] | None:
 
 TUNABLES = ("interval_seconds", "probe_interval_seconds", "probe_timeout_seconds", "grace_seconds", "stop_seconds",
             "poll_seconds", "peer_grace_seconds", "node_wait_seconds", "backoff_seconds", "backoff_max_seconds",
-            "max_failed_restores", "window_seconds", "log_lines", "budgets", "stall_seconds", "progress_seconds")
+            "max_failed_restores", "window_seconds", "log_lines", "budgets", "stall_seconds", "progress_seconds",
+            "stable_seconds")
 
 
 # The options of dgxspark.vllm.guard_config (its action and its documentation stub share them).

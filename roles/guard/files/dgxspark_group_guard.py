@@ -336,6 +336,7 @@ class Guard:
         self.probe: ApiProbe | None = None
         self.stopping = threading.Event()
         self.unreachable_since: float | None = None
+        self.backoff_key: tuple | None = None    # what the guard backs off on (one journal line per change)
 
     # -- observing
     def observe(self) -> list:
@@ -410,10 +411,13 @@ class Guard:
             self.give_up(finding, now)
             return "gave_up"
         if action == "backoff":
-            if G.set_status(state, "backoff", "%s; next restore at %s" % (finding.reason, G.iso(state.next_attempt_at)), now):
-                log(LOG_WARNING, "broken (%s), backing off until %s" % (finding.reason, G.iso(state.next_attempt_at)))
+            self.backoff_key, line = G.backoff_notice(self.backoff_key, finding, state.next_attempt_at)
+            if line:
+                G.set_status(state, "backoff", "%s; next restore at %s" % (finding.reason, G.iso(state.next_attempt_at)), now)
+                log(LOG_WARNING, line)
                 self.files.save()
             return "backoff"
+        self.backoff_key = None
         record = self.restore(finding)
         return "restored" if record["ok"] else "handed_over" if record.get("aborted") else "restore_failed"
 

@@ -311,17 +311,68 @@ def test_decide_backs_off_after_a_restore_in_the_window():
     assert state.next_attempt_at == 0.0
 
 
-def test_decide_backoff_counts_from_the_last_restore_even_a_successful_one():
+def test_decide_a_success_that_broke_again_soon_counts_as_a_failure():
+    cfg = config(backoff_seconds=10, stable_seconds=600)
     state = G.GuardState(attempts=[attempt(NOW - 100, ok=True, finished_at=NOW - 1)])
-    assert G.decide(state, config(backoff_seconds=10), finding(), NOW) == "backoff"
+    state.last_restore = state.attempts[-1]
+    assert G.decide(state, cfg, finding(), NOW) == "backoff"
     assert state.next_attempt_at == NOW + 9
+    assert state.attempts[-1]["unstable"] is True and state.attempts[-1]["served_seconds"] == 1
+    assert state.last_restore["unstable"] is True
+    assert G.failed_in_window(state, cfg, NOW) == state.attempts
+
+
+def test_decide_a_restore_after_a_long_healthy_run_has_no_backoff():
+    """Seven restores in the window, one failed long ago: the group served past stable_seconds each time."""
+    cfg = config(backoff_seconds=10, stable_seconds=600, max_failed_restores=2)
+    state = G.GuardState(attempts=[attempt(NOW - 3500)] + [attempt(NOW - 3000 + 700 * i, ok=True) for i in range(4)])
+    state.attempts[-1]["finished_at"] = NOW - 600
+    assert G.decide(state, cfg, finding("api", "spark1"), NOW) == "restore"
+    assert not state.attempts[-1].get("unstable")
+    assert G.backoff(state, cfg, NOW) == 0.0 and G.failed_in_window(state, cfg, NOW) == []
+
+
+def test_note_break_leaves_failures_stable_runs_and_arms_alone():
+    cfg = config(stable_seconds=600)
+    for record in (attempt(NOW - 10), attempt(NOW - 700, ok=True), attempt(NOW - 10, ok=True, window_reset=True)):
+        state = G.GuardState(attempts=[dict(record)])
+        assert G.note_break(state, cfg, NOW) is False
+        assert "unstable" not in state.attempts[-1]
+    assert G.note_break(G.GuardState(), cfg, NOW) is False
+
+
+def test_give_up_record_for_a_restore_that_did_not_last():
+    cfg = config(max_failed_restores=2, stable_seconds=600)
+    state = G.GuardState(attempts=[attempt(NOW - 300), attempt(NOW - 100, ok=True, finished_at=NOW - 40)])
+    assert G.decide(state, cfg, finding("stopped", "spark3"), NOW) == "give_up"
+    record = G.give_up_record(state, cfg, finding("stopped", "spark3"), NOW)
+    assert record["reason"] == ("2 restores failed within 3600 s; the last one's group broke again after 40 s "
+                                "(stable after 600 s): stopped on spark3")
 
 
 @pytest.mark.parametrize("count, expect", [(0, 0.0), (1, 10.0), (2, 20.0), (3, 40.0), (4, 80.0), (5, 100.0), (12, 100.0)])
 def test_backoff_doubles_and_is_capped(count, expect):
     cfg = config(backoff_seconds=10, backoff_max_seconds=100, max_failed_restores=50)
-    state = G.GuardState(attempts=[attempt(NOW - 500 + i, ok=i % 2 == 0) for i in range(count)])
+    state = G.GuardState(attempts=[attempt(NOW - 900, ok=True)] + [attempt(NOW - 500 + i) for i in range(count)])
     assert G.backoff(state, cfg, NOW) == expect
+
+
+def test_backoff_counts_failures_only():
+    cfg = config(backoff_seconds=10)
+    state = G.GuardState(attempts=[attempt(NOW - 500), attempt(NOW - 400, ok=True), attempt(NOW - 300, ok=True)])
+    assert G.backoff(state, cfg, NOW) == 0.0
+    state.attempts[-1]["unstable"] = True
+    assert G.backoff(state, cfg, NOW) == 10.0
+
+
+def test_backoff_notice_once_per_change():
+    api = G.Finding("api", "spark1", "the head's API has been failing for 20 s")
+    key, line = G.backoff_notice(None, api, NOW + 10)
+    assert line == f"broken (the head's API has been failing for 20 s), backing off until {G.iso(NOW + 10)}"
+    later = G.Finding("api", "spark1", "the head's API has been failing for 22 s")
+    assert G.backoff_notice(key, later, NOW + 10.2) == (key, None)
+    assert G.backoff_notice(key, later, NOW + 30)[1] is not None
+    assert G.backoff_notice(key, G.Finding("stopped", "spark2", "x"), NOW + 10)[1] is not None
 
 
 def test_backoff_ignores_restores_outside_the_window_and_before_the_arm():
