@@ -25,7 +25,7 @@ from ansible_collections.dgxspark.vllm.plugins.module_utils._startup import DEFA
 
 STATUSES = ("armed", "maintenance", "waiting_nodes", "restoring", "backoff", "gave_up", "disarmed")
 ROLES = ("head", "worker")
-KINDS = ("stopped", "restarted", "api", "unreachable", "absent")
+KINDS = ("stopped", "restarted", "api", "unreachable", "absent", "memory")
 HISTORY_KEEP = 20
 
 
@@ -69,6 +69,8 @@ class GuardConfig:
     max_failed_restores: int = 3            # failed restores in `window_seconds` before giving up
     window_seconds: float = 3600.0
     stable_seconds: float = 600.0           # a restore whose group broke again sooner counts as failed
+    memory_margin_percent: float = 10.0     # MemAvailable before a start may be this much below the last good start's
+    memory_wait_seconds: float = 120.0      # how long to wait for it (after dropping the page cache) before giving up
     log_lines: int = 30
     ssh_config: str = "/etc/dgxspark/guard/ssh_config"   # the guard's own ssh_config (its key, the workers' aliases)
 
@@ -83,7 +85,8 @@ class GuardConfig:
 
 _FLOATS = ("interval_seconds", "probe_interval_seconds", "probe_timeout_seconds", "grace_seconds", "stop_seconds",
            "poll_seconds", "peer_grace_seconds", "node_wait_seconds", "backoff_seconds", "backoff_max_seconds",
-           "window_seconds", "stall_seconds", "progress_seconds", "stable_seconds")
+           "window_seconds", "stall_seconds", "progress_seconds", "stable_seconds", "memory_margin_percent",
+           "memory_wait_seconds")
 _INTS = ("max_failed_restores", "log_lines")
 _STRINGS = ("container", "api_url", "served_model_name", "state_path", "maintenance_path")
 _OPTIONAL_PATHS = ("ssh_config",)
@@ -128,6 +131,8 @@ def parse_config(data: Any) -> GuardConfig:
         except (StartupError, AttributeError, TypeError) as exc:
             problems.append(f"budgets: {exc}")
     ranks = _parse_ranks(data.get("ranks"), problems)
+    if values.get("memory_margin_percent", 10.0) >= 100:
+        problems.append(f"memory_margin_percent must be below 100, got {values['memory_margin_percent']!r}")
     if values.get("backoff_max_seconds", 900.0) < values.get("backoff_seconds", 10.0):
         problems.append("backoff_max_seconds must not be below backoff_seconds")
     if problems:
@@ -319,6 +324,7 @@ class GuardState:
     maintenance: dict[str, Any] | None = None
     next_attempt_at: float = 0.0
     updated_at: float = 0.0
+    memory_reference: dict[str, int] = field(default_factory=dict)   # MemAvailable (KiB) per node at the last good start
 
     def to_json(self) -> str:
         return json.dumps(asdict(self), indent=2, sort_keys=True)
@@ -439,12 +445,14 @@ def record_restore(state: GuardState, config: GuardConfig, record: dict[str, Any
     state.last_restore = record
     if record.get("ok") and record.get("baseline"):
         state.baseline = dict(record["baseline"])
+    if record.get("ok") and record.get("memory_before_start"):
+        state.memory_reference = dict(state.memory_reference, **record["memory_before_start"])
 
 
 def give_up_record(state: GuardState, config: GuardConfig, finding: Finding, now: float) -> dict[str, Any]:
     """Why the guard stops trying: the finding, or the failed restores in the window with the last one's cause."""
     failed = failed_in_window(state, config, now)
-    if finding.kind == "absent" or not failed:
+    if finding.kind in ("absent", "memory") or not failed:
         why = finding.reason
     else:
         last = failed[-1]
@@ -453,10 +461,12 @@ def give_up_record(state: GuardState, config: GuardConfig, finding: Finding, now
                  f"the last one's group broke again after {float(last.get('served_seconds') or 0):.0f} s (stable after "
                  f"{config.stable_seconds:.0f} s): {finding.reason}")
         why = f"{len(failed)} restores failed within {config.window_seconds:.0f} s; {cause}"
-    last_lines = failed[-1].get("last_lines", []) if failed else []
-    return {"at": now, "finding": asdict(finding), "reason": why, "last_lines": last_lines,
-            "fix": "find the cause in the reason and the last lines, then run the launch (playbooks/launch.yml), "
-                   "which re-arms the guard"}
+    last_lines = failed[-1].get("last_lines", []) if failed and finding.kind != "memory" else []
+    fix = ("free the node's memory (a process holding it; a node that leaked it needs a reboot), then run the launch "
+           "(playbooks/launch.yml), which re-arms the guard") if finding.kind == "memory" else (
+           "find the cause in the reason and the last lines, then run the launch (playbooks/launch.yml), which re-arms "
+           "the guard")
+    return {"at": now, "finding": asdict(finding), "reason": why, "last_lines": last_lines, "fix": fix}
 
 
 def arm(state: GuardState, baseline: dict[str, str], now: float, holder: str) -> None:
@@ -502,6 +512,39 @@ def arm_reason(state_text: str | None, maintenance_held: bool, serving: dict[str
     return None
 
 
+# ------------------------------------------------------------------------------------------------ memory
+
+def mem_available_kib(meminfo_text: str | None) -> int | None:
+    """MemAvailable in KiB from /proc/meminfo's text (on a GB10 the memory is unified: the GPU's too); None when
+    the text has none."""
+    for line in (meminfo_text or "").splitlines():
+        name, _sep, rest = line.partition(":")
+        if name.strip() == "MemAvailable":
+            fields = rest.split()
+            if fields and fields[0].isdigit():
+                return int(fields[0])
+    return None
+
+
+def gib(kib: float) -> str:
+    """KiB as GiB for a person: whole GiB from 10 up, one decimal below."""
+    value = kib / 1024 / 1024
+    return f"{value:.0f} GiB" if value >= 10 else f"{value:.1f} GiB"
+
+
+def memory_shortfall(node: str, available_kib: int | None, reference_kib: int | None, margin_percent: float) -> str | None:
+    """Why ``node``'s memory has not come back for a start, or None: its MemAvailable now must be at least the level
+    recorded at the last good start less ``margin_percent``. Nothing to compare (no good start yet, or meminfo
+    unreadable): None."""
+    if available_kib is None or not reference_kib:
+        return None
+    needed = reference_kib * (1 - margin_percent / 100.0)
+    if available_kib >= needed:
+        return None
+    return (f"memory not released on {node}: {gib(available_kib)} available, {gib(reference_kib)} at the last good "
+            f"start (at least {gib(needed)} needed, guard_memory_margin_percent {margin_percent:g})")
+
+
 # ------------------------------------------------------------------------------------------------ maintenance
 
 def maintenance_document(holder: str, now: float, ttl_seconds: float) -> dict[str, Any]:
@@ -531,7 +574,7 @@ def maintenance_active(text: str | None, now: float) -> dict[str, Any] | None:
 TUNABLES = ("interval_seconds", "probe_interval_seconds", "probe_timeout_seconds", "grace_seconds", "stop_seconds",
             "poll_seconds", "peer_grace_seconds", "node_wait_seconds", "backoff_seconds", "backoff_max_seconds",
             "max_failed_restores", "window_seconds", "log_lines", "budgets", "stall_seconds", "progress_seconds",
-            "stable_seconds")
+            "stable_seconds", "memory_margin_percent", "memory_wait_seconds")
 
 
 # The options of dgxspark.vllm.guard_config (its action and its documentation stub share them).

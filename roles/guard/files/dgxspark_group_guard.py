@@ -164,6 +164,32 @@ class Docker:
             return "the serve container on %s still runs after docker stop and docker kill" % self.rank.name
         return None
 
+    meminfo_path = "/proc/meminfo"                  # the head's own (a worker's through its forced command)
+    drop_caches_path = "/proc/sys/vm/drop_caches"
+
+    def meminfo(self) -> tuple:
+        """(the node's /proc/meminfo text or None, why not)."""
+        if not self.rank.ssh_host:
+            try:
+                return read_text(self.meminfo_path), ""
+            except OSError as exc:
+                return None, str(exc)
+        rc, out, err = self._runner(self.argv(["meminfo"]), self.timeout)
+        return (out, "") if rc == 0 else (None, (err.strip() or "exit code %d" % rc)[-300:])
+
+    def drop_caches(self) -> str | None:
+        """Drop the node's page cache (sync, then 3 into vm.drop_caches); None when done, else why not."""
+        if not self.rank.ssh_host:
+            try:
+                os.sync()
+                with open(self.drop_caches_path, "w", encoding="ascii") as handle:
+                    handle.write("3\n")
+            except OSError as exc:
+                return str(exc)
+            return None
+        rc, _out, err = self._runner(self.argv(["drop-caches"]), self.timeout)
+        return None if rc == 0 else (err.strip() or "exit code %d" % rc)[-300:]
+
     def start(self, name: str) -> str | None:
         rc, _out, err = self.run("start", name, timeout=120)
         return None if rc == 0 else (err.strip() or "docker start exit code %d" % rc)[-500:]
@@ -419,6 +445,8 @@ class Guard:
             return "backoff"
         self.backoff_key = None
         record = self.restore(finding)
+        if record.get("memory"):
+            return "gave_up"
         return "restored" if record["ok"] else "handed_over" if record.get("aborted") else "restore_failed"
 
     def give_up(self, finding: G.Finding, now: float) -> None:
@@ -568,14 +596,55 @@ class Guard:
         G.set_status(state, "armed" if ok else "backoff", "restored" if ok else "restore failed: %s" % record.get("error"),
                      self.clock())
         self.files.save()
+        if record.get("memory"):      # no restart loop into a node reset: give up, naming the node and the figures
+            self.give_up(G.Finding("memory", record["failed_rank"], record["error"]), self.clock())
         if self.probe:
             self.probe.resume(answered=ok)
         return record
+
+    def _memory_back(self, record: dict) -> bool:
+        """Before any rank starts: each node's MemAvailable back within guard_memory_margin_percent of the level at
+        the last good start (_guard.memory_shortfall); if not, its page cache dropped and memory waited for, at most
+        memory_wait_seconds. Records the levels (memory_before_start); False, with record["memory"], when a node's
+        memory did not come back."""
+        reference = self.files.state.memory_reference
+        levels = {}
+        for rank in list(self.config.workers) + [self.config.head]:    # the order the restore starts them
+            node = self.nodes[rank.name]
+            text, why = node.meminfo()
+            available = G.mem_available_kib(text)
+            if available is None:
+                log(LOG_WARNING, "restore: the memory of %s cannot be read (%s): not checked" % (rank.name, why or "no MemAvailable"))
+                continue
+            problem = G.memory_shortfall(rank.name, available, reference.get(rank.name), self.config.memory_margin_percent)
+            if problem:
+                log(LOG_WARNING, "restore: %s; dropping its page cache and waiting up to %.0f s" % (
+                    problem, self.config.memory_wait_seconds))
+                error = node.drop_caches()
+                if error:
+                    log(LOG_WARNING, "restore: dropping the page cache on %s failed: %s" % (rank.name, error))
+                deadline = self.clock() + self.config.memory_wait_seconds
+                while problem and self.clock() < deadline and not self.stopping.is_set():
+                    self.sleep(self.config.poll_seconds)
+                    available = G.mem_available_kib(node.meminfo()[0]) or available
+                    problem = G.memory_shortfall(rank.name, available, reference.get(rank.name),
+                                                 self.config.memory_margin_percent)
+                if problem:
+                    record.update(failed_rank=rank.name, failed_phase="memory", error=problem,
+                                  memory={"node": rank.name, "available_kib": available,
+                                          "reference_kib": reference.get(rank.name)})
+                    return False
+                log(LOG_INFO, "restore: the memory of %s came back: %s available" % (rank.name, G.gib(available)))
+            levels[rank.name] = available
+        record["memory_before_start"] = levels
+        return True
 
     def _restore_steps(self, record: dict) -> bool:
         error = self.stop_group()
         if error:
             record.update(failed_rank=None, failed_phase="stop", error=error)
+            return False
+        if not self._memory_back(record):
             return False
         started: dict = {}
         for rank in self.config.workers:

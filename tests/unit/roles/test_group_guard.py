@@ -130,7 +130,17 @@ class Node:
         self.start_rc = 0
         self.remote = remote
         self.refused = []   # the requests its forced command refused
+        self.available_kib = 100 * 1024 * 1024     # MemAvailable
+        self.after_drop_kib: int | None = None      # what a drop of the page cache brings it to (None: nothing)
         NODES_MADE.append(self)
+
+    def meminfo(self) -> str:
+        return "MemTotal:       134217728 kB\nMemFree:         1024 kB\nMemAvailable:   %d kB\n" % self.available_kib
+
+    def drop_caches(self) -> None:
+        self.journal.append((self.clock.now, self.name, ("drop-caches",)))
+        if self.after_drop_kib is not None:
+            self.available_kib = self.after_drop_kib
 
     def __call__(self, argv: list, timeout: float) -> tuple:
         assert timeout > 0
@@ -146,6 +156,11 @@ class Node:
         else:
             assert argv[0] == "docker", argv
             args = list(argv[1:])
+        if args == ["meminfo"]:
+            return 0, self.meminfo(), ""
+        if args == ["drop-caches"]:
+            self.drop_caches()
+            return 0, "", ""
         self.journal.append((self.clock.now, self.name, tuple(args)))
         if not self.reachable:
             return 1, "", "Cannot connect to the Docker daemon at unix:///var/run/docker.sock"
@@ -270,8 +285,12 @@ class Rig:
         self.guard.probe = self.probe
 
     def new_guard(self):
-        return prog.Guard(self.config, docker_factory=lambda rank, **kw: prog.Docker(rank, runner=self.nodes[rank.name], **kw),
-                          clock=self.clock, sleep=self.clock.sleep, proc_net_tcp=lambda: self.tcp)
+        guard = prog.Guard(self.config, docker_factory=lambda rank, **kw: prog.Docker(rank, runner=self.nodes[rank.name], **kw),
+                           clock=self.clock, sleep=self.clock.sleep, proc_net_tcp=lambda: self.tcp)
+        head, node = guard.nodes[HEAD], self.nodes[HEAD]
+        head.meminfo = lambda: (node.meminfo(), "")         # the head reads its own /proc/meminfo
+        head.drop_caches = node.drop_caches
+        return guard
 
     @property
     def state(self) -> G.GuardState:
@@ -602,6 +621,55 @@ def test_a_group_that_breaks_again_soon_after_a_restore_counts_as_failed(rig):
     assert rig.state.next_attempt_at == rig.state.attempts[-1]["finished_at"] + rig.config.backoff_seconds
     rig.clock.advance(rig.config.backoff_seconds)
     assert rig.guard.tick() == "restored"
+
+
+GIB = 1024 * 1024
+
+
+def test_a_good_restore_records_each_nodes_memory_before_its_start(rig):
+    rig.nodes[W1].available_kib = 118 * GIB
+    rig.nodes[W1].crash()
+    assert rig.guard.tick() == "restored"
+    assert rig.state.last_restore["memory_before_start"] == {W1: 118 * GIB, W2: 100 * GIB, HEAD: 100 * GIB}
+    assert rig.state.memory_reference == {W1: 118 * GIB, W2: 100 * GIB, HEAD: 100 * GIB}
+    assert rig.saved()["memory_reference"][W1] == 118 * GIB
+
+
+def test_memory_that_does_not_come_back_gives_up_naming_the_node(rig, capsys):
+    rig.nodes[W1].available_kib = 118 * GIB
+    rig.nodes[W1].crash()
+    assert rig.guard.tick() == "restored"
+    rig.clock.advance(rig.config.stable_seconds)
+    rig.nodes[W1].available_kib = 61 * GIB           # a leak: what the last start held was not given back
+    rig.nodes[W1].crash()
+    mark = rig.mark()
+    began = rig.clock.now
+    assert rig.guard.tick() == "gave_up"
+    # the group stopped, the page cache of that node dropped, nothing started
+    assert rig.actions(mark) == [(HEAD, "stop"), (W2, "stop")]
+    assert (W1, ("drop-caches",)) in [(node, args) for _t, node, args in rig.journal[mark:]]
+    assert not any(rig.running().values())
+    assert rig.config.memory_wait_seconds <= rig.clock.now - began <= rig.config.memory_wait_seconds + 2
+    why = ("memory not released on spark2: 61 GiB available, 118 GiB at the last good start (at least 106 GiB "
+           "needed, guard_memory_margin_percent 10)")
+    assert rig.state.status == "gave_up" and rig.state.gave_up["reason"] == why
+    assert rig.state.gave_up["finding"]["kind"] == "memory" and "free the node's memory" in rig.state.gave_up["fix"]
+    assert rig.state.last_restore["memory"] == {"node": W1, "available_kib": 61 * GIB, "reference_kib": 118 * GIB}
+    assert "GAVE UP: " + why in capsys.readouterr().out
+    mark = rig.mark()
+    rig.clock.advance(100)
+    assert rig.guard.tick() == "gave_up" and rig.journal[mark:] == []     # no loop
+
+
+def test_memory_back_after_the_page_cache_is_dropped_restores(rig):
+    rig.nodes[W1].crash()
+    assert rig.guard.tick() == "restored"
+    rig.clock.advance(rig.config.stable_seconds)
+    rig.nodes[HEAD].available_kib = 50 * GIB
+    rig.nodes[HEAD].after_drop_kib = 95 * GIB
+    rig.nodes[W1].crash()
+    assert rig.guard.tick() == "restored"
+    assert rig.state.memory_reference[HEAD] == 95 * GIB
 
 
 def test_api_failing_past_grace_restores(rig):
@@ -1158,3 +1226,15 @@ def test_a_launch_that_restarted_nothing_arms_without_a_change(rig):
     mark = rig.mark()
     assert rig.guard.tick() == "ok"       # the running guard leaves its maintenance by itself
     assert rig.state.status == "armed" and rig.actions(mark) == []
+
+
+def test_the_head_reads_its_own_meminfo_and_drops_its_own_page_cache(tmp_path):
+    head = prog.Docker(G.Rank(HEAD, "head", "", CX7[HEAD]), runner=lambda argv, timeout: pytest.fail(argv))
+    head.meminfo_path = str(tmp_path / "meminfo")
+    head.drop_caches_path = str(tmp_path / "drop_caches")
+    assert head.meminfo()[0] is None
+    Path(head.meminfo_path).write_text("MemAvailable: 42 kB\n", encoding="ascii")
+    assert head.meminfo() == ("MemAvailable: 42 kB\n", "")
+    assert head.drop_caches() is None and Path(head.drop_caches_path).read_text(encoding="ascii") == "3\n"
+    head.drop_caches_path = str(tmp_path / "no" / "drop_caches")
+    assert "No such file" in head.drop_caches()

@@ -762,3 +762,47 @@ def test_install_current_only_for_the_same_document_and_fingerprint():
     assert not G.install_current("{not json", document)
     plain_document = {key: value for key, value in document.items() if key != "_install"}
     assert not G.install_current(_installed(plain_document), plain_document)   # no fingerprint: never skip the install
+
+
+# ------------------------------------------------------------------------------------------------ memory
+
+@pytest.mark.parametrize("text, expect", [
+    ("MemTotal:       131072000 kB\nMemFree:  1 kB\nMemAvailable:   120000000 kB\n", 120000000),
+    ("MemAvailable: 0 kB", 0),
+    ("MemTotal: 1 kB\n", None),
+    ("", None),
+    (None, None),
+    ("MemAvailable: lots kB", None),
+])
+def test_mem_available_kib(text, expect):
+    assert G.mem_available_kib(text) == expect
+
+
+GIB = 1024 * 1024
+
+
+@pytest.mark.parametrize("available, reference, margin, expect", [
+    (61 * GIB, 118 * GIB, 10, "memory not released on lab-worker: 61 GiB available, 118 GiB at the last good start "
+                               "(at least 106 GiB needed, guard_memory_margin_percent 10)"),
+    (107 * GIB, 118 * GIB, 10, None),                       # within the bound
+    (int(5.5 * GIB), 8 * GIB, 25, "memory not released on lab-worker: 5.5 GiB available, 8.0 GiB at the last good "
+                                  "start (at least 6.0 GiB needed, guard_memory_margin_percent 25)"),
+    (1, None, 10, None),                                     # no good start yet
+    (None, 118 * GIB, 10, None),                             # unreadable
+])
+def test_memory_shortfall(available, reference, margin, expect):
+    assert G.memory_shortfall("lab-worker", available, reference, margin) == expect
+
+
+def test_memory_margin_must_be_below_100():
+    with pytest.raises(G.GuardConfigError, match="memory_margin_percent must be below 100, got 100.0"):
+        config(memory_margin_percent=100)
+    assert config(memory_margin_percent=25, memory_wait_seconds=30).memory_wait_seconds == 30.0
+
+
+def test_record_restore_takes_the_memory_of_a_good_start_only():
+    state = G.GuardState(memory_reference={"spark1": 5, "spark2": 7})
+    G.record_restore(state, config(), attempt(NOW, memory_before_start={"spark2": 1}))
+    assert state.memory_reference == {"spark1": 5, "spark2": 7}
+    G.record_restore(state, config(), attempt(NOW, ok=True, memory_before_start={"spark2": 9}))
+    assert state.memory_reference == {"spark1": 5, "spark2": 9}
