@@ -28,6 +28,15 @@ ensure_host_docker() {
   fi
 }
 
+# promtool (Debian's prometheus package): the unit tests check and test the shipped alert rules with it, and the guard
+# scenario runs that package's Prometheus against the lab.
+ensure_promtool() {
+  if ! command -v promtool >/dev/null || ! command -v prometheus >/dev/null; then
+    apt-get update -q
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends prometheus
+  fi
+}
+
 # The controller's virtualenv, built from requirements/dev.txt and keyed by the hash of it and of the
 # requirements file it includes (controller.txt), so a change in either builds a new one.
 venv_path() { echo "$CACHE/venv-$(cat "$ROOT/requirements/dev.txt" "$ROOT/requirements/controller.txt" | sha256sum | cut -c1-12)"; }

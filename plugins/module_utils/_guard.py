@@ -73,6 +73,8 @@ class GuardConfig:
     memory_wait_seconds: float = 120.0      # how long to wait for it (after dropping the page cache) before giving up
     log_lines: int = 30
     ssh_config: str = "/etc/dgxspark/guard/ssh_config"   # the guard's own ssh_config (its key, the workers' aliases)
+    metrics_address: str = ""               # where its Prometheus endpoint listens ("" with port 0: no endpoint)
+    metrics_port: int = 0
 
     @property
     def head(self) -> Rank:
@@ -88,6 +90,7 @@ _FLOATS = ("interval_seconds", "probe_interval_seconds", "probe_timeout_seconds"
            "window_seconds", "stall_seconds", "progress_seconds", "stable_seconds", "memory_margin_percent",
            "memory_wait_seconds")
 _INTS = ("max_failed_restores", "log_lines")
+_PORTS = ("metrics_port",)
 _STRINGS = ("container", "api_url", "served_model_name", "state_path", "maintenance_path")
 _OPTIONAL_PATHS = ("ssh_config",)
 _SSH_HOST = re.compile(r"[A-Za-z0-9][A-Za-z0-9.-]{0,200}")   # what ssh_alias() makes: never an option, never a space
@@ -98,7 +101,7 @@ def parse_config(data: Any) -> GuardConfig:
     problems: list[str] = []
     if not isinstance(data, dict):
         raise GuardConfigError([f"the guard configuration must be a JSON object, got {type(data).__name__}"])
-    known = set(_FLOATS + _INTS + _STRINGS + _OPTIONAL_PATHS + ("ranks", "budgets"))
+    known = set(_FLOATS + _INTS + _STRINGS + _OPTIONAL_PATHS + _PORTS + ("ranks", "budgets", "metrics_address"))
     problems += [f"unknown key {key!r}" for key in sorted(data) if key not in known and not key.startswith("_")]
     values: dict[str, Any] = {}
     for key in _STRINGS:
@@ -125,6 +128,19 @@ def parse_config(data: Any) -> GuardConfig:
             problems.append(f"{key} must be a whole number, got {value!r}")
         else:
             values[key] = int(value) if key in _INTS else float(value)
+    port = data.get("metrics_port", 0)
+    if isinstance(port, bool) or not isinstance(port, int) or not 0 <= port <= 65535:
+        problems.append(f"metrics_port must be a port number (0: no metrics endpoint), got {port!r}")
+        port = 0
+    else:
+        values["metrics_port"] = port
+    address = data.get("metrics_address", "")
+    if not isinstance(address, str) or (address and management_address_problem("the head", address)):
+        problems.append(f"metrics_address must be an IP address or a host name the head listens on, got {address!r}")
+    elif port and not address:
+        problems.append("metrics_address must be set when metrics_port is (the address the endpoint listens on)")
+    else:
+        values["metrics_address"] = address
     if "budgets" in data:
         try:
             values["budgets"] = dict(make_watch("api_up", data["budgets"], 0.0).budgets)
@@ -545,6 +561,58 @@ def memory_shortfall(node: str, available_kib: int | None, reference_kib: int | 
             f"start (at least {gib(needed)} needed, guard_memory_margin_percent {margin_percent:g})")
 
 
+# ------------------------------------------------------------------------------------------------ metrics
+
+def _label(value: str) -> str:
+    return value.replace("\\", "\\\\").replace("\n", "\\n").replace('"', '\\"')
+
+
+def metrics_text(state: GuardState | None, lock: dict[str, Any] | None, now: float) -> str:
+    """The guard's state in Prometheus' text exposition format (version 0.0.4): what its HTTP endpoint serves.
+
+    ``state`` is the state file's (None: never armed), ``lock`` the maintenance lock when it holds. Every series
+    is there from the start (0 when nothing happened yet), so that alert rules see a value, not an absence."""
+    status = "armed" if state is None else state.status
+    if lock is not None and status != "disarmed":
+        status = "maintenance"
+    last = (state.last_restore if state else None) or {}
+    memory_before = last.get("memory_before_start") or (last.get("memory") and {
+        last["memory"]["node"]: last["memory"].get("available_kib")}) or {}
+    families: list[tuple[str, str, str, list[tuple[str, float]]]] = [
+        ("dgxspark_guard_status", "gauge", "1 for the guard's current status (armed, maintenance, waiting_nodes, "
+         "restoring, backoff, gave_up, disarmed), 0 for the others",
+         [(f'{{status="{name}"}}', 1.0 if name == status else 0.0) for name in STATUSES]),
+        ("dgxspark_guard_armed_once", "gauge", "1 once the guard has a state file (a launch armed it)",
+         [("", 0.0 if state is None else 1.0)]),
+        ("dgxspark_guard_gave_up", "gauge", "1 while the guard has given up (it restores nothing until the next launch)",
+         [("", 1.0 if status == "gave_up" else 0.0)]),
+        ("dgxspark_guard_status_since_timestamp_seconds", "gauge", "when the guard entered its current status",
+         [("", float(state.since if state else 0.0))]),
+        ("dgxspark_guard_restores_total", "counter", "restores the guard ran (since its state file was made)",
+         [("", float(state.restores_total if state else 0))]),
+        ("dgxspark_guard_restores_failed_total", "counter", "restores that did not bring the group back",
+         [("", float(state.restores_failed_total if state else 0))]),
+        ("dgxspark_guard_last_restore_success", "gauge", "1 when the last restore brought the group back, 0 when it "
+         "failed (absent before the first restore)", [("", 1.0 if last.get("ok") else 0.0)] if last else []),
+        ("dgxspark_guard_last_restore_duration_seconds", "gauge", "how long the last restore took",
+         [("", float(last.get("duration_seconds") or 0.0))] if last else []),
+        ("dgxspark_guard_last_restore_timestamp_seconds", "gauge", "when the last restore began",
+         [("", float(last.get("started_at") or 0.0))] if last else []),
+        ("dgxspark_guard_memory_reference_bytes", "gauge", "each node's MemAvailable before the last good start",
+         [(f'{{node="{_label(node)}"}}', float(kib) * 1024) for node, kib in sorted((state.memory_reference if state
+                                                                                   else {}).items())]),
+        ("dgxspark_guard_memory_available_bytes", "gauge", "each node's MemAvailable before the last restore's start",
+         [(f'{{node="{_label(node)}"}}', float(kib) * 1024) for node, kib in sorted(memory_before.items())
+          if kib is not None]),
+        ("dgxspark_guard_scrape_timestamp_seconds", "gauge", "when this page was made", [("", now)]),
+    ]
+    lines = []
+    for name, kind, helptext, samples in families:
+        lines += [f"# HELP {name} {helptext}", f"# TYPE {name} {kind}"]
+        lines += [f"{name}{labels} {value:.17g}" for labels, value in samples]
+    return "\n".join(lines) + "\n"
+
+
 # ------------------------------------------------------------------------------------------------ maintenance
 
 def maintenance_document(holder: str, now: float, ttl_seconds: float) -> dict[str, Any]:
@@ -574,7 +642,7 @@ def maintenance_active(text: str | None, now: float) -> dict[str, Any] | None:
 TUNABLES = ("interval_seconds", "probe_interval_seconds", "probe_timeout_seconds", "grace_seconds", "stop_seconds",
             "poll_seconds", "peer_grace_seconds", "node_wait_seconds", "backoff_seconds", "backoff_max_seconds",
             "max_failed_restores", "window_seconds", "log_lines", "budgets", "stall_seconds", "progress_seconds",
-            "stable_seconds", "memory_margin_percent", "memory_wait_seconds")
+            "stable_seconds", "memory_margin_percent", "memory_wait_seconds", "metrics_address", "metrics_port")
 
 
 # The options of dgxspark.vllm.guard_config (its action and its documentation stub share them).

@@ -21,6 +21,7 @@ Sub-commands: ``run`` (the service), ``arm``, ``disarm``, ``maintenance``, ``rel
 from __future__ import annotations
 
 import argparse
+import http.server
 import json
 import os
 import shlex
@@ -295,6 +296,50 @@ class ApiProbe(threading.Thread):
                         elif verdict == "busy":
                             log(LOG_INFO, "the probe timed out but the engine makes progress (busy, not hung): %s" % detail)
             self._stop.wait(self.config.probe_interval_seconds)
+
+
+# ------------------------------------------------------------------------------------------------ metrics
+
+class MetricsHandler(http.server.BaseHTTPRequestHandler):
+    """GET /metrics: the guard's state as the state file and the maintenance lock hold it (_guard.metrics_text)."""
+
+    config: G.GuardConfig
+    server_version = "dgxspark-group-guard"
+
+    def do_GET(self) -> None:  # noqa: N802 (http.server's name)
+        if self.path.split("?", 1)[0] != "/metrics":
+            self.send_error(404, "only /metrics here")
+            return
+        now = time.time()
+        text = read_text(self.config.state_path)
+        state = G.state_from_json(text) if text else None
+        body = G.metrics_text(state, G.maintenance_active(read_text(self.config.maintenance_path), now), now).encode()
+        self.send_response(200)
+        self.send_header("Content-Type", "text/plain; version=0.0.4; charset=utf-8")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, format: str, *args) -> None:  # pylint: disable=redefined-builtin
+        pass    # a scrape every few seconds is no news for the journal
+
+
+def start_metrics(config: G.GuardConfig):
+    """The Prometheus endpoint on metrics_address:metrics_port in a thread of its own; None when off or when the
+    address cannot be bound (logged: the guard keeps guarding without it)."""
+    if not config.metrics_port:
+        return None
+    handler = type("Handler", (MetricsHandler,), {"config": config})
+    try:
+        family = socket.AF_INET6 if ":" in config.metrics_address else socket.AF_INET
+        server_class = type("Server", (http.server.ThreadingHTTPServer,), {"address_family": family, "daemon_threads": True})
+        server = server_class((config.metrics_address, config.metrics_port), handler)
+    except OSError as exc:
+        log(LOG_ERR, "metrics endpoint on %s:%d not started: %s" % (config.metrics_address, config.metrics_port, exc))
+        return None
+    threading.Thread(target=server.serve_forever, name="metrics", daemon=True).start()
+    log(LOG_INFO, "metrics on http://%s:%d/metrics" % (config.metrics_address, config.metrics_port))
+    return server
 
 
 # ------------------------------------------------------------------------------------------------ files
@@ -673,6 +718,7 @@ class Guard:
         self.probe = ApiProbe(self.config, self.nodes[self.config.head.name])
         self.probe.pause()   # the first tick lets it ask, when the guard watches the group
         self.probe.start()
+        metrics = start_metrics(self.config)
         sd_notify("READY=1")
         log(LOG_INFO, "dgxspark-group-guard watching %s on %s" % (
             self.config.container, ", ".join("%s (%s)" % (r.name, r.role) for r in self.config.ranks)))
@@ -683,6 +729,8 @@ class Guard:
                 log(LOG_ERR, "guard loop error: %s: %s" % (type(exc).__name__, exc))
             self.stopping.wait(self.config.interval_seconds)
         self.probe.stop()
+        if metrics is not None:
+            metrics.shutdown()
         return EXIT_OK
 
     # -- commands from Ansible

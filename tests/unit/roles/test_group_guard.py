@@ -1238,3 +1238,36 @@ def test_the_head_reads_its_own_meminfo_and_drops_its_own_page_cache(tmp_path):
     assert head.drop_caches() is None and Path(head.drop_caches_path).read_text(encoding="ascii") == "3\n"
     head.drop_caches_path = str(tmp_path / "no" / "drop_caches")
     assert "No such file" in head.drop_caches()
+
+
+def test_the_metrics_endpoint_serves_the_state_file(rig):
+    import urllib.request
+    rig.nodes[W1].crash()
+    assert rig.guard.tick() == "restored"
+    with socket.socket() as probe_socket:
+        probe_socket.bind(("127.0.0.1", 0))
+        port = probe_socket.getsockname()[1]
+    config = G.parse_config(dict(rig.doc, metrics_address="127.0.0.1", metrics_port=port))
+    server = prog.start_metrics(config)
+    try:
+        with urllib.request.urlopen("http://127.0.0.1:%d/metrics" % port, timeout=5) as response:
+            assert response.headers["Content-Type"] == "text/plain; version=0.0.4; charset=utf-8"
+            text = response.read().decode()
+        assert "dgxspark_guard_restores_total 1\n" in text and 'dgxspark_guard_status{status="armed"} 1\n' in text
+        with pytest.raises(urllib.error.HTTPError) as info:
+            urllib.request.urlopen("http://127.0.0.1:%d/" % port, timeout=5)
+        assert info.value.code == 404
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def test_a_metrics_endpoint_that_cannot_listen_is_logged_not_fatal(rig, capsys):
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        config = G.parse_config(dict(rig.doc, metrics_address="127.0.0.1", metrics_port=port))
+        assert prog.start_metrics(config) is None
+    assert "metrics endpoint on 127.0.0.1:%d not started" % port in capsys.readouterr().out
+    assert prog.start_metrics(G.parse_config(rig.doc)) is None      # off

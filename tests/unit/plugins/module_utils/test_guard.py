@@ -806,3 +806,77 @@ def test_record_restore_takes_the_memory_of_a_good_start_only():
     assert state.memory_reference == {"spark1": 5, "spark2": 7}
     G.record_restore(state, config(), attempt(NOW, ok=True, memory_before_start={"spark2": 9}))
     assert state.memory_reference == {"spark1": 5, "spark2": 9}
+
+
+# ------------------------------------------------------------------------------------------------ metrics
+
+def samples(text):
+    return {line.rsplit(" ", 1)[0]: float(line.rsplit(" ", 1)[1]) for line in text.splitlines() if not line.startswith("#")}
+
+
+def test_metrics_before_the_first_arm_have_every_series_the_rules_read():
+    got = samples(G.metrics_text(None, None, NOW))
+    assert got['dgxspark_guard_status{status="armed"}'] == 1 and got["dgxspark_guard_armed_once"] == 0
+    assert got["dgxspark_guard_gave_up"] == 0 and got["dgxspark_guard_restores_total"] == 0
+    assert "dgxspark_guard_last_restore_success" not in got
+    assert sum(value for key, value in got.items() if key.startswith("dgxspark_guard_status{")) == 1
+
+
+def test_metrics_of_a_guard_that_gave_up_on_memory():
+    state = G.GuardState(status="gave_up", since=NOW - 5, restores_total=7, restores_failed_total=2,
+                         last_restore=attempt(NOW - 60, duration_seconds=21.5, failed_phase="memory",
+                                              memory={"node": "spark2", "available_kib": 61 * GIB, "reference_kib": 118 * GIB}),
+                         memory_reference={"spark1": 100 * GIB, "spark2": 118 * GIB})
+    text = G.metrics_text(state, None, NOW)
+    got = samples(text)
+    assert got['dgxspark_guard_status{status="gave_up"}'] == 1 and got['dgxspark_guard_status{status="armed"}'] == 0
+    assert got["dgxspark_guard_gave_up"] == 1
+    assert (got["dgxspark_guard_restores_total"], got["dgxspark_guard_restores_failed_total"]) == (7, 2)
+    assert (got["dgxspark_guard_last_restore_success"], got["dgxspark_guard_last_restore_duration_seconds"]) == (0, 21.5)
+    assert got["dgxspark_guard_last_restore_timestamp_seconds"] == NOW - 60
+    assert got["dgxspark_guard_status_since_timestamp_seconds"] == NOW - 5
+    assert got['dgxspark_guard_memory_reference_bytes{node="spark2"}'] == 118 * GIB * 1024
+    assert got['dgxspark_guard_memory_available_bytes{node="spark2"}'] == 61 * GIB * 1024
+    assert "# TYPE dgxspark_guard_restores_total counter" in text and text.endswith("\n")
+
+
+def test_metrics_maintenance_lock_wins_unless_disarmed():
+    lock = {"holder": "x", "since": NOW, "expires_at": NOW + 10}
+    assert samples(G.metrics_text(G.GuardState(status="armed"), lock, NOW))['dgxspark_guard_status{status="maintenance"}'] == 1
+    assert samples(G.metrics_text(G.GuardState(status="disarmed"), lock, NOW))['dgxspark_guard_status{status="disarmed"}'] == 1
+
+
+def test_metrics_label_values_are_escaped():
+    text = G.metrics_text(G.GuardState(memory_reference={'a"b\\c': 1}), None, NOW)
+    assert 'dgxspark_guard_memory_reference_bytes{node="a\\"b\\\\c"} 1024' in text
+
+
+def test_metrics_pass_promtool_check_metrics():
+    import shutil
+    import subprocess
+    promtool = shutil.which("promtool")
+    assert promtool, "promtool is missing: install Debian's prometheus package (bin/test does: ensure_promtool in bin/lib.sh)"
+    state = G.GuardState(status="restoring", restores_total=1, last_restore=attempt(NOW, ok=True, duration_seconds=3,
+                         memory_before_start={"spark2": 5}), memory_reference={"spark2": 5})
+    proc = subprocess.run([promtool, "check", "metrics"], input=G.metrics_text(state, None, NOW), text=True,
+                          capture_output=True, check=False)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+@pytest.mark.parametrize("over, problem", [
+    ({"metrics_port": 70000}, "metrics_port must be a port number (0: no metrics endpoint), got 70000"),
+    ({"metrics_port": True}, "metrics_port must be a port number (0: no metrics endpoint), got True"),
+    ({"metrics_port": 9478}, "metrics_address must be set when metrics_port is (the address the endpoint listens on)"),
+    ({"metrics_port": 9478, "metrics_address": "a b"},
+     "metrics_address must be an IP address or a host name the head listens on, got 'a b'"),
+])
+def test_parse_config_metrics_problems(over, problem):
+    with pytest.raises(G.GuardConfigError) as info:
+        config(**over)
+    assert info.value.problems == [problem]
+
+
+def test_parse_config_metrics_endpoint():
+    cfg = config(metrics_port=9478, metrics_address="10.77.0.11")
+    assert (cfg.metrics_address, cfg.metrics_port) == ("10.77.0.11", 9478)
+    assert (config().metrics_address, config().metrics_port) == ("", 0)
