@@ -472,16 +472,20 @@ def give_up_record(state: GuardState, config: GuardConfig, finding: Finding, now
         why = finding.reason
     else:
         last = failed[-1]
-        cause = (f"the last one failed at {last.get('failed_rank') or '?'} in phase {last.get('failed_phase') or '?'}: "
-                 f"{last.get('error')}") if not last.get("ok") else (
-                 f"the last one's group broke again after {float(last.get('served_seconds') or 0):.0f} s (stable after "
-                 f"{config.stable_seconds:.0f} s): {finding.reason}")
+        if not last.get("ok"):
+            cause = (f"the last one failed at {last.get('failed_rank') or '?'} in phase "
+                     f"{last.get('failed_phase') or '?'}: {last.get('error')}")
+        else:
+            cause = (f"the last one's group broke again after {float(last.get('served_seconds') or 0):.0f} s "
+                     f"(stable after {config.stable_seconds:.0f} s): {finding.reason}")
         why = f"{len(failed)} restores failed within {config.window_seconds:.0f} s; {cause}"
     last_lines = failed[-1].get("last_lines", []) if failed and finding.kind != "memory" else []
-    fix = ("free the node's memory (a process holding it; a node that leaked it needs a reboot), then run the launch "
-           "(playbooks/launch.yml), which re-arms the guard") if finding.kind == "memory" else (
-           "find the cause in the reason and the last lines, then run the launch (playbooks/launch.yml), which re-arms "
-           "the guard")
+    if finding.kind == "memory":
+        fix = ("free the node's memory (a process holding it; a node that leaked it needs a reboot), then run the "
+               "launch (playbooks/launch.yml), which re-arms the guard")
+    else:
+        fix = ("find the cause in the reason and the last lines, then run the launch (playbooks/launch.yml), which "
+               "re-arms the guard")
     return {"at": now, "finding": asdict(finding), "reason": why, "last_lines": last_lines, "fix": fix}
 
 
@@ -576,6 +580,7 @@ def metrics_text(state: GuardState | None, lock: dict[str, Any] | None, now: flo
     if lock is not None and status != "disarmed":
         status = "maintenance"
     last = (state.last_restore if state else None) or {}
+    reference = state.memory_reference if state else {}
     memory_before = last.get("memory_before_start") or (last.get("memory") and {
         last["memory"]["node"]: last["memory"].get("available_kib")}) or {}
     families: list[tuple[str, str, str, list[tuple[str, float]]]] = [
@@ -599,8 +604,7 @@ def metrics_text(state: GuardState | None, lock: dict[str, Any] | None, now: flo
         ("dgxspark_guard_last_restore_timestamp_seconds", "gauge", "when the last restore began",
          [("", float(last.get("started_at") or 0.0))] if last else []),
         ("dgxspark_guard_memory_reference_bytes", "gauge", "each node's MemAvailable before the last good start",
-         [(f'{{node="{_label(node)}"}}', float(kib) * 1024) for node, kib in sorted((state.memory_reference if state
-                                                                                   else {}).items())]),
+         [(f'{{node="{_label(node)}"}}', float(kib) * 1024) for node, kib in sorted(reference.items())]),
         ("dgxspark_guard_memory_available_bytes", "gauge", "each node's MemAvailable before the last restore's start",
          [(f'{{node="{_label(node)}"}}', float(kib) * 1024) for node, kib in sorted(memory_before.items())
           if kib is not None]),

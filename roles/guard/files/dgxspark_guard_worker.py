@@ -21,7 +21,8 @@ container NAME, and nothing else:
 
 The request is split like a shell would split it (shlex), but no shell ever runs: each word must be the literal
 word of one of these forms, or a value of its kind, and the real ``docker`` then replaces this process with exactly
-that argument list (exec, PATH fixed); the two node operations run in this program (no docker, no shell). Anything else - another operation (``run``, ``exec``, ``system
+that argument list (exec, PATH fixed); the two node operations run in this program (no docker, no shell).
+Anything else - another operation (``run``, ``exec``, ``system
 dial-stdio``), a shell, another container, an extra flag, a character no form uses, an empty request - is refused
 with one line on stderr naming why and exit status 126; refusals and the operations that change the container go
 to the auth log (the reads, every few seconds, do not).

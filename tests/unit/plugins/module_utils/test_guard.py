@@ -782,11 +782,13 @@ GIB = 1024 * 1024
 
 
 @pytest.mark.parametrize("available, reference, margin, expect", [
-    (61 * GIB, 118 * GIB, 10, "memory not released on lab-worker: 61 GiB available, 118 GiB at the last good start "
-                               "(at least 106 GiB needed, guard_memory_margin_percent 10)"),
+    (61 * GIB, 118 * GIB, 10,
+     "memory not released on lab-worker: 61 GiB available, 118 GiB at the last good start "
+     "(at least 106 GiB needed, guard_memory_margin_percent 10)"),
     (107 * GIB, 118 * GIB, 10, None),                       # within the bound
-    (int(5.5 * GIB), 8 * GIB, 25, "memory not released on lab-worker: 5.5 GiB available, 8.0 GiB at the last good "
-                                  "start (at least 6.0 GiB needed, guard_memory_margin_percent 25)"),
+    (int(5.5 * GIB), 8 * GIB, 25,
+     "memory not released on lab-worker: 5.5 GiB available, 8.0 GiB at the last good "
+     "start (at least 6.0 GiB needed, guard_memory_margin_percent 25)"),
     (1, None, 10, None),                                     # no good start yet
     (None, 118 * GIB, 10, None),                             # unreadable
 ])
