@@ -1271,3 +1271,56 @@ def test_a_metrics_endpoint_that_cannot_listen_is_logged_not_fatal(rig, capsys):
         assert prog.start_metrics(config) is None
     assert "metrics endpoint on 127.0.0.1:%d not started" % port in capsys.readouterr().out
     assert prog.start_metrics(G.parse_config(rig.doc)) is None      # off
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def test_a_real_prometheus_scrapes_the_guard_and_fires_the_give_up_alert(tmp_path):
+    """Debian's Prometheus (bin/test installs it) with the shipped rules, scraping the guard's endpoint every second:
+    the guard that gave up is DgxSparkGuardGaveUp firing, with the scrape config's labels."""
+    import shutil
+    import subprocess
+    import urllib.request
+    import yaml
+    prometheus = shutil.which("prometheus")
+    assert prometheus, "prometheus is missing: install Debian's prometheus package (bin/test does: ensure_promtool)"
+    state = G.GuardState(status="gave_up", since=T0, restores_total=3, restores_failed_total=2,
+                         gave_up={"at": T0, "reason": "memory not released on spark2: 5.0 GiB available"})
+    (tmp_path / "state.json").write_text(state.to_json(), encoding="utf-8")
+    port, web = free_port(), free_port()
+    doc = {"container": CONTAINER, "api_url": "http://127.0.0.1:8000", "served_model_name": "glm",
+           "state_path": str(tmp_path / "state.json"), "maintenance_path": str(tmp_path / "lock.json"),
+           "ranks": [{"name": HEAD, "role": "head", "ssh_host": "", "cx7_ip": CX7[HEAD]},
+                     {"name": W1, "role": "worker", "ssh_host": G.ssh_alias(W1), "cx7_ip": CX7[W1]}],
+           "metrics_address": "127.0.0.1", "metrics_port": port}
+    server = prog.start_metrics(G.parse_config(doc))
+    config = {"global": {"scrape_interval": "1s", "evaluation_interval": "1s"},
+              "rule_files": [str(Path(__file__).resolve().parents[3] / "playbooks" / "files" / "dgxspark-vllm-alerts.yml")],
+              "scrape_configs": [{"job_name": "dgxspark-vllm-guard", "static_configs": [
+                  {"targets": ["127.0.0.1:%d" % port], "labels": {"cluster": HEAD, "head": HEAD, "component": "guard"}}]}]}
+    (tmp_path / "prometheus.yml").write_text(yaml.safe_dump(config), encoding="utf-8")
+    proc = subprocess.Popen([prometheus, "--config.file=%s" % (tmp_path / "prometheus.yml"),
+                             "--storage.tsdb.path=%s" % (tmp_path / "data"), "--web.listen-address=127.0.0.1:%d" % web],
+                            stdout=subprocess.DEVNULL, stderr=open(tmp_path / "prometheus.log", "w", encoding="utf-8"))
+    try:
+        firing, deadline = [], time.monotonic() + 60
+        while not firing and time.monotonic() < deadline and proc.poll() is None:
+            time.sleep(0.5)
+            try:
+                with urllib.request.urlopen("http://127.0.0.1:%d/api/v1/alerts" % web, timeout=2) as response:
+                    alerts = json.load(response)["data"]["alerts"]
+            except OSError:
+                continue
+            firing = [a for a in alerts if a["labels"]["alertname"] == "DgxSparkGuardGaveUp" and a["state"] == "firing"]
+        assert firing, (tmp_path / "prometheus.log").read_text(encoding="utf-8")[-2000:]
+        assert firing[0]["labels"]["component"] == "guard" and firing[0]["labels"]["cluster"] == HEAD
+        assert firing[0]["annotations"]["summary"].startswith("The group guard of %s gave up" % HEAD)
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
+        server.shutdown()
+        server.server_close()
