@@ -431,10 +431,9 @@ def test_judge_names_the_first_stage_that_failed(waits: dict[str, Any], finished
 
 
 def test_judge_lists_each_rank_that_failed_as_the_launch_does() -> None:
-    verdict = judge({"rendezvous": _wait(True), "serve": _wait(False, "engine error: CUDA out of memory",
-                                                                 phase="weights_loaded",
-                                                                 engine_error="CUDA out of memory"),
-                     "alive": _wait(False, "container stopped")}, {}, HEAD, WORKER)
+    serve = _wait(False, "engine error: CUDA out of memory", phase="weights_loaded", engine_error="CUDA out of memory")
+    verdict = judge({"rendezvous": _wait(True), "serve": serve, "alive": _wait(False, "container stopped")}, {},
+                    HEAD, WORKER)
     assert verdict["failures"] == [f"{HEAD}: phase reached 'weights_loaded': engine error: CUDA out of memory",
                                    f"{WORKER}: phase reached 'rendezvous': container stopped"]
 
@@ -469,9 +468,10 @@ def test_diagnose_shows_the_stage_the_ranks_start_sh_and_both_containers() -> No
     # start.sh's exit: no rank failed; nothing collected on the head
     bare = diagnose(dict(CONFIG, timing=dict(CONFIG["timing"], diagnosis_lines=5)), HEAD, WORKER, GOOD,
                     {"finished": 1, "rc": 2}, {}, {}, "/k/start.log")
-    assert bare.split("\n")[:3] == ["The kit's launch failed during ./start.sh finishing (exit code 2).",
-                                     f"Both ranks were stopped. Last 5 lines of ./start.sh on {HEAD} (/k/start.log):",
-                                     "(none)"]
+    assert bare.split("\n")[:3] == [
+        "The kit's launch failed during ./start.sh finishing (exit code 2).",
+        f"Both ranks were stopped. Last 5 lines of ./start.sh on {HEAD} (/k/start.log):",
+        "(none)"]
 
 
 def test_report_says_what_serves_the_trade_off_and_the_warm_up() -> None:
