@@ -10,7 +10,7 @@
 # The lab's nodes share this machine's kernel, so each page-cache flush on a node (the launch's flush service, and the
 # guard's follow mode until the load ends) also drops the controller's cache: the bench counts them.
 # Env: BENCH_TASKS (how many of the slowest tasks to list, default 12); BENCH_EXTRA_VARS (one -e value for all
-# measured runs, e.g. '{"launch_poll_interval": 2}', to compare a setting). Logs: bench/out/launch-<time>/.
+# measured runs, e.g. '{"dgxspark_vllm_poll_interval": 2}', to compare a setting). Logs: bench/out/launch-<time>/.
 set -euo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 . "$ROOT/bin/lib.sh"

@@ -23,6 +23,7 @@ from ansible_collections.dgxspark.vllm.plugins.module_utils import _pins
 from ansible_collections.dgxspark.vllm.plugins.module_utils import _placeholders
 from ansible_collections.dgxspark.vllm.plugins.module_utils import _preflight
 from ansible_collections.dgxspark.vllm.plugins.module_utils import _tensor_parallel
+from ansible_collections.dgxspark.vllm.plugins.module_utils import _timing
 from ansible_collections.dgxspark.vllm.plugins.module_utils._profiles import (
     DEFAULT_PROFILE,
     MODEL_KEYS,
@@ -107,6 +108,15 @@ VARIABLES: Mapping[str, Variable] = {var.name: var for var in (
     _v("require_api_key", kind="bool", example="true"),
     _v("require_pins", kind="bool", example="true"),
     _v("api_key_file", kind="path", example="/etc/dgxspark/api-key"),
+    # How a start is watched and stopped (the timing part of the fact; _timing): one value for every role.
+    _v("budgets", kind="timing", example="{api_up: 1800}"),
+    _v("poll_interval", kind="timing", example="2"),
+    _v("peer_grace_seconds", kind="timing", example="60"),
+    _v("stall_seconds", kind="timing", example="900"),
+    _v("progress_interval", kind="timing", example="15"),
+    _v("api_timeout", kind="timing", example="120"),
+    _v("stop_grace_seconds", kind="timing", example="10"),
+    _v("diagnosis_lines", kind="timing", example="30"),
     # Read by select_cluster (every host of the inventory must give the same list), not by resolve.
     _v("clusters", scope="inventory", kind="names", example="[pair_a, pair_b]"),
 )}
@@ -472,11 +482,15 @@ def resolve(inputs: Inputs) -> dict[str, Any]:
             elif value is not None:
                 values[key], sources[key] = value, "dgxspark_vllm_settings"
     explicit: dict[str, Any] = {}
+    timing_given: dict[str, Any] = {}
     for var in VARIABLES.values():
         if var.scope in ("node", "inventory"):
             continue
         value = _cluster_value(inputs, var.name)
         if value is _MISSING or value is None:
+            continue
+        if var.kind == "timing":
+            timing_given[var.name] = value
             continue
         if var.setting is None:
             checked = _check_plain(var.name, var, value, problems)
@@ -505,6 +519,8 @@ def resolve(inputs: Inputs) -> dict[str, Any]:
         _check_tensor_parallel(values, len(nodes), name, problems)
     if settings_ok and profile.launcher == "docker_run" and nodes is not None:
         _check_render(profile, render_settings, nodes, name, problems)
+    problems.extend(_timing.renamed(inputs.checked_vars))
+    timing, timing_sources = _timing.resolve(profile.launcher, timing_given, problems)
     if explicit.get("guard") and profile.launcher != "docker_run":
         problems.append(f"dgxspark_vllm_guard: true is refused for profile {profile.name} (launcher "
                         f"{profile.launcher}): the group guard starts and stops the containers the docker_run "
@@ -550,6 +566,8 @@ def resolve(inputs: Inputs) -> dict[str, Any]:
         "workers": list(inputs.workers),
         "nodes": nodes,
         "head_cx7_ip": nodes[head]["cx7_ip"],
+        # how a start is watched and stopped: the launch, the EXL3 kit, the cluster's stop and the guard read these
+        "timing": timing,
     }
     for key in ("image", "container_name", "model_repo", "model_revision", "drafter_repo", "drafter_revision",
                 "model_path", "cache_path", "served_model_name", "port", "master_port", "max_model_len",
@@ -562,6 +580,7 @@ def resolve(inputs: Inputs) -> dict[str, Any]:
         sources.setdefault(key, "default")
     sources.setdefault("api_allowed_cidrs", "default (the controller's address and the nodes)")
     sources["profile"] = sources.get("profile") if "profile" in explicit else "default"
+    sources.update({f"timing.{key}": source for key, source in timing_sources.items()})
     config["sources"] = {key: sources[key] for key in sorted(sources)}
     return config
 
@@ -755,6 +774,9 @@ def describe_sources(config: Mapping[str, Any]) -> list[str]:
     values = dict(config.get("settings", {}))
     values.update({key: config[key] for key in config if key not in ("settings", "sources", "profile", "nodes")})
     values["profile"] = config.get("profile_name")
+    timing = config.get("timing") or {}
+    values.update({f"timing.{key}": value for key, value in timing.items() if key != "budgets"})
+    values.update({f"timing.budgets.{phase}": value for phase, value in (timing.get("budgets") or {}).items()})
     for key in sorted(sources):
         shown = "(hidden)" if VARIABLES.get(key, Variable(key)).kind == "secret" else repr(values.get(key))
         lines.append(f"{key} = {shown} ({sources[key]})")

@@ -13,7 +13,17 @@ the HCA the kit takes on each node, the staged repositories to read and the extr
 
 after the kit's state is read (`decide`), from each node's ``vllm_node_state`` result, the head's record of the
 last start, its git and ``kit_env`` results: whether the group must be (re)started and why, the digest the record
-keeps, the check-mode preview, and the argv, environment and timing of ``./start.sh``.
+keeps, the check-mode preview, the warm-up prompt, and the argv, environment and timing of ``./start.sh``;
+
+after a start (`judge`), from the waits of both ranks and the end of ``./start.sh``: the next step (``record`` the
+start, or ``fail``) and the stage that failed; with the last lines of both ranks and of ``./start.sh`` (`diagnose`),
+the diagnosis a failed start ends with - the launch's own per-rank failures (``_launch_plan.failures``) and its
+max-model-len advice (``_launch_plan.fit_advice``);
+
+at the end (`report`), from the decision and the warm-up: the report of the serve and of EXL3's trade-off.
+
+The timing (phase budgets, poll interval, API timeout) is the cluster's, ``config["timing"]`` (``_timing``): the
+launch, the kit and the guard read the same values.
 """
 from __future__ import annotations
 
@@ -26,6 +36,12 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from ansible_collections.dgxspark.vllm.plugins.module_utils._firewall import launch_refusal
+from ansible_collections.dgxspark.vllm.plugins.module_utils._launch_plan import (
+    WAIT_NAMES,
+    estimated_max_model_len,
+    failures,
+    fit_advice,
+)
 from ansible_collections.dgxspark.vllm.plugins.module_utils._staging_lock import locked_nodes, refusal
 
 RANKS = 2
@@ -41,6 +57,21 @@ come from the 0600 file named by $1, sourced with set -a and removed before star
 empty), so that they are neither on a command line nor in the task's environment, which Ansible prints at -vvv."""
 NOTHING_TO_START = "nothing to start: both ranks run the rendered .env"
 ALREADY_RUNNING = "already running, unchanged"
+STAGES: dict[str, str] = {
+    "rendezvous": "the worker reaching the rendezvous",
+    "serve": "the head starting to serve",
+    "alive": "the head starting to serve",
+}
+"""The stage of the kit's start a failed wait names: the worker's rendezvous, the head's serve, the worker alive
+once the head serves (the waits, by the launch's names, in WAIT_NAMES order)."""
+WAIT_RANK: dict[str, str] = {"rendezvous": "worker", "serve": "head", "alive": "worker"}
+"""Which rank each of the kit's waits runs on."""
+WARMUP_PROMPT = ("Summarise the following text. ", "The cluster serves the model across two nodes. ")
+"""The warm-up request's prompt: an instruction, then a sentence repeated to the length asked for."""
+TRADE_OFF = ("Trade-off: about twice NVFP4's decode and a much longer context, but the first token of a large prompt "
+             "takes minutes (EXL3 prefill and per-shape CUDA graph capture; the recipe measured 325-432 s), so use it "
+             "where long answers matter more than time to first token.")
+NO_WARMUP = "Set kit_launch_warmup_prompt_chars to pay the first large-prompt latency once, at start."
 
 # The kit_launch_plan task's arguments (the action plugin validates with it; the module's documentation stub
 # declares it).
@@ -61,15 +92,21 @@ ARGUMENT_SPEC: dict[str, Any] = dict(
     kit_dir=dict(type="str"),
     log=dict(type="str"),
     collection_staged=dict(type="bool", default=True),
-    budgets=dict(type="dict"),
-    poll_interval=dict(type="int"),
     finish_timeout=dict(type="int"),
-    api_timeout=dict(type="int"),
+    warmup_prompt_chars=dict(type="int", default=0),
     secrets_file=dict(type="str", default="", no_log=False),   # a path, not the secret
+    waits=dict(type="dict"),
+    finished=dict(type="dict", default={}),
+    tails=dict(type="dict"),
+    start_tail=dict(type="dict", default={}),
+    decision=dict(type="dict"),
+    warmup=dict(type="dict", default={}),
+    repo_url=dict(type="str", default=""),
 )
 PREPARE_INPUTS: tuple[str, ...] = ("passwd", "group", "described")
-DECIDE_INPUTS: tuple[str, ...] = ("states", "kit_commit", "kit_dir", "log", "budgets", "poll_interval",
-                                  "finish_timeout", "api_timeout")
+DECIDE_INPUTS: tuple[str, ...] = ("states", "kit_commit", "kit_dir", "log", "finish_timeout")
+JUDGE_INPUTS: tuple[str, ...] = ("waits",)
+REPORT_INPUTS: tuple[str, ...] = ("decision",)
 
 
 class KitPlanError(ValueError):
@@ -250,19 +287,19 @@ def outcome(start: bool, reason: str) -> str:
     return f"started ({reason})" if start else ALREADY_RUNNING
 
 
-def seconds(value: Any, name: str) -> int:
-    """A number of seconds from the inventory (an int, or a string of one)."""
+def seconds(value: Any, name: str) -> float:
+    """A number of seconds from the configuration (a number, or a string of one)."""
     if isinstance(value, bool):
         raise KitPlanError(f"{name} must be a number of seconds, not {value!r}")
     try:
-        return int(value)
+        return float(value)
     except (TypeError, ValueError):
         raise KitPlanError(f"{name} must be a number of seconds, not {value!r}") from None
 
 
 def budget_total(budgets: Mapping[str, Any]) -> int:
     """The seconds all startup phases may take together (start.sh's READY_TIMEOUT)."""
-    return sum(seconds(value, f"kit_launch_budgets.{phase}") for phase, value in budgets.items())
+    return math.ceil(sum(float(seconds(value, f"dgxspark_vllm_budgets.{phase}")) for phase, value in budgets.items()))
 
 
 def start_env(container: str, budgets: Mapping[str, Any], collection_staged: bool) -> dict[str, str]:
@@ -280,20 +317,43 @@ def start_argv(unset_in_caller: Sequence[str], log: str, secrets_file: str = "")
             + ["bash", "-c", START_COMMAND, log, secrets_file])
 
 
-def timing(budgets: Mapping[str, Any], poll_interval: int, finish_timeout: int, api_timeout: int) -> dict[str, int]:
-    """The background job's bound, and the polls of start.sh's end and of the API."""
-    if poll_interval < 1:
-        raise KitPlanError(f"kit_launch_poll_interval must be at least 1 second, not {poll_interval}")
+def timing(budgets: Mapping[str, Any], poll_interval: Any, finish_timeout: int, api_timeout: Any) -> dict[str, int]:
+    """The background job's bound, and the polls of start.sh's end and of the API: Ansible's retries wait whole
+    seconds, so they poll every poll_interval rounded up to a whole second (at least one)."""
+    poll = seconds(poll_interval, "dgxspark_vllm_poll_interval")
+    if poll <= 0:
+        raise KitPlanError(f"dgxspark_vllm_poll_interval must be a positive number of seconds, not {poll_interval}")
+    delay = max(1, math.ceil(poll))
     return {"async_seconds": budget_total(budgets) + finish_timeout,
-            "finish_retries": math.ceil(finish_timeout / poll_interval),
-            "api_retries": api_timeout // poll_interval}
+            "poll_seconds": delay,
+            "finish_retries": math.ceil(finish_timeout / delay),
+            "api_retries": math.ceil(seconds(api_timeout, "dgxspark_vllm_api_timeout") / delay)}
+
+
+def warmup_prompt(chars: int) -> str:
+    """The warm-up request's prompt, about chars characters long ('' for none)."""
+    if chars <= 0:
+        return ""
+    head, sentence = WARMUP_PROMPT
+    text = head + sentence * (chars // len(sentence) + 1)
+    return text[:chars]
+
+
+def cluster_timing(config: Mapping[str, Any]) -> Mapping[str, Any]:
+    """The cluster's timing (the configuration step's ``timing``), KitPlanError without it."""
+    found = config.get("timing")
+    if not isinstance(found, Mapping) or not isinstance(found.get("budgets"), Mapping):
+        raise KitPlanError("the configuration has no timing (its budgets): resolve it with dgxspark.vllm.cluster_config "
+                           "of this collection's version")
+    return found
 
 
 def decide(config: Mapping[str, Any], head: str, worker: str, states: Mapping[str, Any], record: Mapping[str, Any],
            git: Mapping[str, Any], rendered: Mapping[str, Any], settings: Mapping[str, Any]) -> dict[str, Any]:
     """What the role needs once the kit's state is read (see the module docstring). settings: kit_commit, kit_dir,
-    log, collection_staged, budgets, poll_interval, finish_timeout, api_timeout (the role's variables) and
-    secrets_file (optional)."""
+    log, collection_staged, finish_timeout (the role's variables), warmup_prompt_chars and secrets_file (optional);
+    the budgets, the poll interval and the API timeout are the cluster's (config["timing"])."""
+    shared = cluster_timing(config)
     user = str(config["kit_user"])
     kit_commit = git["after"] if "after" in git else settings["kit_commit"]
     now_running = running(states)
@@ -301,9 +361,10 @@ def decide(config: Mapping[str, Any], head: str, worker: str, states: Mapping[st
     last = last_start(record)
     start = restart(last, wanted_now, now_running)
     reason = why(last, wanted_now, now_running)
-    times = timing(settings["budgets"], settings["poll_interval"], settings["finish_timeout"],
-                   settings["api_timeout"])
+    times = timing(shared["budgets"], shared.get("poll_interval", 2), settings["finish_timeout"],
+                   shared.get("api_timeout", 120))
     return {
+        "launcher": config.get("launcher", "exl3_kit"),
         "wanted": wanted_now,
         "restart": start,
         "why": reason,
@@ -314,24 +375,93 @@ def decide(config: Mapping[str, Any], head: str, worker: str, states: Mapping[st
         "start": {"argv": start_argv(rendered.get("unset_in_caller") or [], settings["log"],
                                      settings.get("secrets_file") or ""),
                   "secrets_file": settings.get("secrets_file") or "",
-                  "env": start_env(str(config["container_name"]), settings["budgets"], settings["collection_staged"]),
+                  "env": start_env(str(config["container_name"]), shared["budgets"], settings["collection_staged"]),
                   "async_seconds": times["async_seconds"], "finish_retries": times["finish_retries"]},
+        "poll_seconds": times["poll_seconds"],
         "api_retries": times["api_retries"],
+        "warmup_prompt": warmup_prompt(int(settings.get("warmup_prompt_chars") or 0)),
         # nothing starts while staging runs on a node (its lock as the state read found it)
         "refusal": (refusal(locked_nodes([head, worker], states), str(config["staging_lock_path"]))
                     or launch_refusal(bool(config.get("firewall")), [head, worker], states)) if start else None,
     }
 
 
+# --------------------------------------------------------------------------------------------- after a start
+
+
+def observed(waits: Mapping[str, Any], head: str, worker: str) -> dict[str, dict[str, Any]]:
+    """The kit's waits (rendezvous, serve, alive: each its rank's registered result) as the launch's planner reads
+    them: per node, its waits by name."""
+    out: dict[str, dict[str, Any]] = {head: {}, worker: {}}
+    for name in WAIT_NAMES:
+        if name in WAIT_RANK and isinstance(waits.get(name), Mapping):
+            out[head if WAIT_RANK[name] == "head" else worker][name] = dict(waits[name])
+    return out
+
+
+def judge(waits: Mapping[str, Any], finished: Mapping[str, Any], head: str, worker: str) -> dict[str, Any]:
+    """The next step after a start: ``record`` it (both ranks reached their phases and ./start.sh exited 0) or
+    ``fail`` - with the stage: the earliest wait that failed, else ./start.sh's end (its exit code, or that it did
+    not finish)."""
+    found = failures(observed(waits, head, worker), [head, worker])
+    if found:
+        first = min(found, key=lambda failure: WAIT_NAMES.index(failure.stage))
+        return {"step": "fail", "stage": STAGES[first.stage], "failures": [failure.text for failure in found]}
+    if finished.get("finished") and finished.get("rc") == 0:
+        return {"step": "record", "stage": "", "failures": []}
+    code = finished.get("rc") if finished.get("finished") else "none: still running"
+    return {"step": "fail", "stage": f"./start.sh finishing (exit code {code})", "failures": []}
+
+
+def _tail_text(result: Mapping[str, Any] | None) -> str:
+    result = result or {}
+    return "\n".join(part for part in (str(result.get("stdout") or ""), str(result.get("stderr") or "")) if part).strip()
+
+
+def diagnose(config: Mapping[str, Any], head: str, worker: str, waits: Mapping[str, Any], finished: Mapping[str, Any],
+             tails: Mapping[str, Any], start_tail: Mapping[str, Any], log: str) -> str:
+    """A failed start's message: the stage, each rank's failed wait, the engine's max-model-len estimate when it
+    gave one, the end of ./start.sh's output, and the last log lines of both containers."""
+    verdict = judge(waits, finished, head, worker)
+    seen = observed(waits, head, worker)
+    lines = int(cluster_timing(config).get("diagnosis_lines", 30))
+    container = config.get("container_name", "")
+    limit = config.get("max_model_len")
+    out = [f"The kit's launch failed during {verdict['stage'] or 'the start'}."]
+    out += verdict["failures"]
+    out += fit_advice(estimated_max_model_len(seen, [head, worker]), None, None,
+                      str(limit) if limit is not None else "(the kit's own)")
+    out.append(f"Both ranks were stopped. Last {lines} lines of ./start.sh on {head} ({log}):")
+    out.append(_tail_text(start_tail) or "(none)")
+    for node in (head, worker):
+        out.append(f"----- {node} ({'head' if node == head else 'worker'}) container {container} -----")
+        out.append(_tail_text(tails.get(node)) or "(no container)")
+    return "\n".join(out)
+
+
+def report(config: Mapping[str, Any], decision: Mapping[str, Any], rendered: Mapping[str, Any],
+           warmup: Mapping[str, Any], repo_url: str) -> str:
+    """The closing report: the kit and its commit, the outcome, what serves and how, EXL3's trade-off, and the
+    warm-up's time (or how to have one)."""
+    values = rendered.get("values") or {}
+    drafter = rendered.get("drafter") or "none"
+    warm = (f"Warm-up request: {warmup['elapsed']} s." if warmup.get("elapsed") is not None
+            and not warmup.get("skipped") else NO_WARMUP)
+    return (f"EXL3 through the kit ({repo_url} at {decision.get('kit_commit')}): {decision.get('outcome')}; "
+            f"{config.get('served_model_name')} on port {config.get('port')}, max-model-len "
+            f"{values.get('MAX_MODEL_LEN', '?')}, drafter {drafter}. {TRADE_OFF} {warm}")
+
+
 def plan(params: Mapping[str, Any]) -> dict[str, Any]:
     """The task's result from its validated arguments: `prepare` when O(passwd) is given, `decide` when O(states)
     is, both when both are."""
-    given = [name for name in ("passwd", "states") if params.get(name) is not None]
+    given = [name for name in ("passwd", "states", "waits", "decision") if params.get(name) is not None]
     if not given:
-        raise KitPlanError("give passwd, group and described (before the kit is placed) or states and the kit's "
-                           "settings (after its state is read)")
+        raise KitPlanError("give passwd, group and described (before the kit is placed), states and the kit's "
+                           "settings (after its state is read), waits (after a start) or decision (the report)")
     result: dict[str, Any] = {}
-    for name, needed in (("passwd", PREPARE_INPUTS), ("states", DECIDE_INPUTS)):
+    for name, needed in (("passwd", PREPARE_INPUTS), ("states", DECIDE_INPUTS), ("waits", JUDGE_INPUTS),
+                         ("decision", REPORT_INPUTS)):
         if name not in given:
             continue
         missing = [key for key in needed if params.get(key) is None]
@@ -344,4 +474,13 @@ def plan(params: Mapping[str, Any]) -> dict[str, Any]:
     if "states" in given:
         result.update(decide(config, head, params["worker"], params["states"], params.get("record") or {},
                              params.get("git") or {}, params.get("rendered") or {}, params))
+    if "waits" in given:
+        finished = params.get("finished") or {}
+        result.update(judge(params["waits"], finished, head, params["worker"]))
+        if params.get("tails") is not None:
+            result["message"] = diagnose(config, head, params["worker"], params["waits"], finished, params["tails"],
+                                         params.get("start_tail") or {}, str(params.get("log") or "./start.sh's log"))
+    if "decision" in given:
+        result["report"] = report(config, params["decision"], params.get("rendered") or {},
+                                  params.get("warmup") or {}, str(params.get("repo_url") or ""))
     return result

@@ -386,20 +386,27 @@ def _restart(config: Mapping[str, Any], nodes: Mapping[str, Mapping[str, Any]],
     return restart, exists
 
 
+def fit_advice(estimate: int | None, fit: int | None, block: int | None, max_model_len: str, opt_in: str = "") -> list[str]:
+    """What a failed start says when an engine estimated a shorter max-model-len than it was given (none without
+    an estimate): the estimate, and the variable to set (``opt_in``: a further way, appended to the fix)."""
+    if estimate is None:
+        return []
+    rounded = f" ({fit} is that rounded down to the block size {block})" if fit else ""
+    return [f"The engine cannot fit max-model-len {max_model_len} into its KV cache: the estimated maximum model "
+            f"length is {estimate}.",
+            f"Fix: set dgxspark_vllm_max_model_len to at most {estimate}{rounded}, or give the KV cache more "
+            f"memory{opt_in}."]
+
+
 def _diagnosis(stage: str, found: Sequence[_Failure], observed: Mapping[str, Any], order: Sequence[str],
                estimate: int | None, fit: int | None, block: int, max_model_len: str, lines: int,
                accepted: bool = False) -> str:
     out = [f"Launch failed during {stage}."]
     out += [failure.text for failure in found]
-    if estimate is not None:
-        out.append(f"The engine cannot fit max-model-len {max_model_len} into its KV cache: the estimated maximum "
-                   f"model length is {estimate}.")
-        rounded = f" ({fit} is that rounded down to the block size {block})" if fit else ""
-        # the opt-in is offered only where it would act: not set yet, and a fit of at least one block
-        opt_in = (f", or set launch_accept_estimated_max_model_len: true to relaunch with {fit} automatically"
-                  if fit and not accepted else "")
-        out.append(f"Fix: set dgxspark_vllm_max_model_len to at most {estimate}{rounded}, or give the KV cache more "
-                   f"memory{opt_in}.")
+    # the opt-in is offered only where it would act: not set yet, and a fit of at least one block
+    opt_in = (f", or set launch_accept_estimated_max_model_len: true to relaunch with {fit} automatically"
+              if fit and not accepted else "")
+    out += fit_advice(estimate, fit, block, max_model_len, opt_in)
     out.append(f"Every rank was stopped. Last {lines} log lines of every node:")
     for node in order:
         out.append(f"----- {node} ({'head' if node == order[0] else 'worker'}) -----")

@@ -16,7 +16,12 @@ description:
     the kit reads it); the one HCA the kit takes per node; the staged repositories; the C(.env)'s extra keys.
   - After the kit's state is read (O(states) and the kit's settings given) - whether the group must be (re)started
     and why, the digest of what it should run (kept in the head's record of the last start), the check-mode
-    preview, and C(./start.sh)'s argv, environment (secrets aside) and timing.
+    preview, the warm-up prompt, and C(./start.sh)'s argv, environment (secrets aside) and timing. The phase
+    budgets, the poll interval and the API timeout are the cluster's (C(timing) of O(config)), as the launch's.
+  - After a start (O(waits) given) - the next step (C(record) the start or C(fail)) and the stage that failed; with
+    O(tails), the diagnosis a failed start ends with (each rank's failed wait as the launch words it, the engine's
+    max-model-len estimate, the end of C(./start.sh)'s output and of both containers' logs).
+  - For the report (O(decision) given) - what serves, EXL3's trade-off and the warm-up's time.
   - Runs on the controller only (an action plugin); it never connects to a node.
 author:
   - dgxspark.vllm contributors (@dgxspark)
@@ -92,18 +97,13 @@ options:
     description: The collection staged the image and the weights; C(./start.sh) then neither pulls nor copies.
     type: bool
     default: true
-  budgets:
-    description: Seconds allowed to reach each startup phase (C(kit_launch_budgets)).
-    type: dict
-  poll_interval:
-    description: Seconds between polls (C(kit_launch_poll_interval)).
-    type: int
   finish_timeout:
     description: Seconds, after the head serves, for C(./start.sh) to finish (C(kit_launch_finish_timeout)).
     type: int
-  api_timeout:
-    description: Seconds to wait for the head's C(/v1/models) (C(kit_launch_api_timeout)).
+  warmup_prompt_chars:
+    description: The length of the warm-up request's prompt (C(kit_launch_warmup_prompt_chars)); C(0) - none.
     type: int
+    default: 0
   secrets_file:
     description:
       - A file on the head, mode C(0600) and the kit user's (M(dgxspark.vllm.secret_file) with O(dgxspark.vllm.secret_file#module:env)),
@@ -112,9 +112,36 @@ options:
         the task's environment (which Ansible prints with C(-vvv)). Empty - no secrets.
     type: str
     default: ""
+  waits:
+    description:
+      - After a start, the M(dgxspark.vllm.vllm_startup_wait) results by wait - C(rendezvous) (the worker's),
+        C(serve) (the head's) and C(alive) (the worker's, once the head serves); skipped ones as registered.
+    type: dict
+  finished:
+    description: After a start, the head's M(ansible.builtin.async_status) result of C(./start.sh).
+    type: dict
+    default: {}
+  tails:
+    description: With O(waits), per inventory name, the result of C(docker logs --tail) of its serve container.
+    type: dict
+  start_tail:
+    description: With O(waits), the head's C(tail) of C(./start.sh)'s output (O(log)).
+    type: dict
+    default: {}
+  decision:
+    description: For the report, the result of the call with O(states) (its C(kit_commit) and C(outcome)).
+    type: dict
+  warmup:
+    description: For the report, the head's M(ansible.builtin.uri) result of the warm-up request (skipped - none).
+    type: dict
+    default: {}
+  repo_url:
+    description: For the report, where the kit comes from (C(kit_launch_repo_url)).
+    type: str
+    default: ""
 notes:
-  - O(passwd) needs O(group) and O(described); O(states) needs O(kit_commit), O(kit_dir), O(log), O(budgets),
-    O(poll_interval), O(finish_timeout) and O(api_timeout). At least one of O(passwd) and O(states) is given.
+  - O(passwd) needs O(group) and O(described); O(states) needs O(kit_commit), O(kit_dir), O(log) and
+    O(finish_timeout). At least one of O(passwd), O(states), O(waits) and O(decision) is given.
 """
 
 EXAMPLES = r"""
@@ -142,11 +169,21 @@ EXAMPLES = r"""
     kit_commit: "{{ kit_launch_commit }}"
     kit_dir: "{{ kit_launch_dir }}"
     log: "{{ kit_launch_dir }}/logs/dgxspark-start.log"
-    budgets: "{{ kit_launch_budgets }}"
-    poll_interval: 2
     finish_timeout: 900
-    api_timeout: 120
   register: kit_decision
+  run_once: true
+
+- name: Judge the start from the waits of both ranks and the end of ./start.sh
+  dgxspark.vllm.kit_launch_plan:
+    config: "{{ dgxspark_vllm_config }}"
+    head: "{{ dgxspark_vllm_config.head }}"
+    worker: "{{ dgxspark_vllm_config.workers[0] }}"
+    waits:
+      rendezvous: "{{ hostvars[dgxspark_vllm_config.workers[0]].worker_wait }}"
+      serve: "{{ hostvars[dgxspark_vllm_config.head].head_wait }}"
+      alive: "{{ hostvars[dgxspark_vllm_config.workers[0]].worker_alive }}"
+    finished: "{{ hostvars[dgxspark_vllm_config.head].start_done }}"
+  register: kit_judged
   run_once: true
 """
 
@@ -216,10 +253,44 @@ start:
     - C(secrets_file) is O(secrets_file) as given (the argv sources it; empty - none).
   returned: when O(states) is given
   type: dict
-api_retries:
-  description: The polls of the head's API (O(api_timeout) over O(poll_interval)).
+launcher:
+  description: The profile's launcher (C(exl3_kit)).
+  returned: when O(states) is given
+  type: str
+poll_seconds:
+  description: The delay of the polls of C(./start.sh)'s end and of the API - the cluster's poll interval rounded up to whole seconds.
   returned: when O(states) is given
   type: int
+api_retries:
+  description: The polls of the head's API (the cluster's API timeout over RV(poll_seconds)).
+  returned: when O(states) is given
+  type: int
+warmup_prompt:
+  description: The warm-up request's prompt, about O(warmup_prompt_chars) characters (empty - none).
+  returned: when O(states) is given
+  type: str
+step:
+  description: After a start, C(record) (both ranks reached their phases and C(./start.sh) exited 0) or C(fail).
+  returned: when O(waits) is given
+  type: str
+stage:
+  description: The stage that failed (the first failed wait, else C(./start.sh)'s end); empty when none did.
+  returned: when O(waits) is given
+  type: str
+  sample: the worker reaching the rendezvous
+failures:
+  description: Each rank's failed wait, as the launch words it.
+  returned: when O(waits) is given
+  type: list
+  elements: str
+message:
+  description: The diagnosis a failed start ends with.
+  returned: when O(waits) and O(tails) are given
+  type: str
+report:
+  description: What serves (the kit and its commit, the outcome, port, max-model-len, drafter), EXL3's trade-off and the warm-up.
+  returned: when O(decision) is given
+  type: str
 """
 
 from ansible.module_utils.basic import AnsibleModule

@@ -31,7 +31,7 @@ options:
     description:
       - Seconds allowed to reach each phase, counted from when the previous phase was reached (the first from
         the start of the wait). Keys are phase names; missing keys take the defaults
-        (container_started 60, rendezvous 300, weights_loaded 1800, kv_allocated 1800, api_up 900).
+        (container_started 120, rendezvous 300, weights_loaded 1800, kv_allocated 1800, api_up 900).
     type: dict
     default: {}
   peers:

@@ -48,6 +48,9 @@ INTERVAL_MIN = 1
 INTERVAL_MAX = 3600
 REQUIRED_FIELDS = ("MemTotal", "MemAvailable", "Buffers", "Cached")
 REMINDER_SECONDS = 60
+# follow mode, idle: how often the serve container is looked at for a new start (a docker inspect), at most; a load
+# shorter than interval_seconds (a restore of a small model, a lab's CPU engine) is followed from its first seconds
+FOLLOW_IDLE_POLL_SECONDS = 2
 DOCKER_STOP_GRACE_SECONDS = 10
 EXIT_OK = 0
 EXIT_FAILED = 1
@@ -522,7 +525,7 @@ def serve(config: Config, stop: threading.Event) -> int:
                 first = True
             if not now_active:
                 sd_notify("STATUS=idle: %s %s" % (config.follow_container, why))
-                stop.wait(config.interval_seconds)
+                stop.wait(min(config.interval_seconds, FOLLOW_IDLE_POLL_SECONDS))
                 continue
         try:
             state, _ok = run_iteration(config, state, time.monotonic(), verbose=first)

@@ -527,8 +527,10 @@ class _StopAfter(threading.Event):
     def __init__(self, count: int) -> None:
         super().__init__()
         self.count = count
+        self.timeouts: list = []
 
     def wait(self, timeout=None):
+        self.timeouts.append(timeout)
         self.count -= 1
         if self.count <= 0:
             self.set()
@@ -556,6 +558,25 @@ def test_serve_in_follow_mode_acts_only_inside_the_load_window(monkeypatch, caps
     assert lines[2].startswith("<6>idle until the next start of vllm_x: serving since %s for 40" % past.split()[1])
     assert lines[3].startswith("<6>following vllm_x: started ") and inside.split()[1] in lines[3]
     assert len(lines) == 4
+
+
+def test_serve_in_follow_mode_looks_for_a_new_start_often_while_idle(monkeypatch):
+    """Idle, the service looks at the container every FOLLOW_IDLE_POLL_SECONDS (a load shorter than the flush
+    interval is still followed); while it follows a load, it ticks at interval_seconds."""
+    monkeypatch.delenv("NOTIFY_SOCKET", raising=False)
+    inside = "true %s" % time.strftime("%Y-%m-%dT%H:%M:%S.5Z", time.gmtime(time.time() - 5))
+    answers = ["", "", inside]
+    monkeypatch.setattr(prog, "follow_state", lambda config: answers.pop(0))
+    monkeypatch.setattr(prog, "follow_log", lambda config, since: "")
+    monkeypatch.setattr(prog, "run_iteration", lambda config, state, now, verbose=False: (state, True))
+    stop = _StopAfter(3)
+    assert prog.serve(prog.Config(follow_container="vllm_x", follow_seconds=3600, interval_seconds=30), stop) == 0
+    assert stop.timeouts == [prog.FOLLOW_IDLE_POLL_SECONDS, prog.FOLLOW_IDLE_POLL_SECONDS, 30]
+    assert prog.FOLLOW_IDLE_POLL_SECONDS <= 2
+    stop = _StopAfter(1)
+    answers[:] = [""]
+    assert prog.serve(prog.Config(follow_container="vllm_x", follow_seconds=3600, interval_seconds=1), stop) == 0
+    assert stop.timeouts == [1]     # never longer than the interval
 
 
 def _docker_time(at: float) -> str:

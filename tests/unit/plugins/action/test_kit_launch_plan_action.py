@@ -24,6 +24,8 @@ CONFIG: dict[str, Any] = {
     "model_repo": "brandonmusic/GLM-5.3-Flash-tr3-4bpw", "model_revision": "main", "drafter_repo": "",
     "drafter_revision": "", "gpu_memory_utilization": None, "max_model_len": 850000,
     "nodes": {HEAD: {"cx7_ip": "10.77.1.11", "ib_hca": "mlx5_0,mlx5_1"}, WORKER: {"cx7_ip": "10.77.1.12"}},
+    "timing": {"budgets": {"container_started": 300, "rendezvous": 300, "weights_loaded": 1800, "kv_allocated": 1800,
+                           "api_up": 1800}, "poll_interval": 2, "api_timeout": 120, "diagnosis_lines": 30},
 }
 ENTRY = ["x", "1000", "1000", "", "/home/spark", "/bin/bash"]
 
@@ -51,9 +53,7 @@ def _after(**extra: Any) -> dict[str, Any]:
             "rendered": {"changed": True, "checksum": "e0", "unset_in_caller": ["IMAGE"], "content": "PORT=8888\n"},
             "kit_commit": "abc", "kit_dir": "/opt/dgxspark/exl3-kit",
             "log": "/opt/dgxspark/exl3-kit/logs/dgxspark-start.log",
-            "collection_staged": True, "poll_interval": 2, "finish_timeout": 900, "api_timeout": 120,
-            "budgets": {"container_started": 300, "rendezvous": 300, "weights_loaded": 1800, "kv_allocated": 1800,
-                        "api_up": 1800}}
+            "collection_staged": True, "finish_timeout": 900}
     args.update(extra)
     return _args(**args)
 
@@ -97,7 +97,8 @@ def test_after_the_kit_state_is_read_then_with_its_record() -> None:
 @pytest.mark.parametrize("args, message", [
     (_args(), "the kit's launch cannot be planned: give passwd, group and described (before the kit is placed)"),
     (_before(group=None), "the kit's launch cannot be planned: group must be given with passwd"),
-    (_after(poll_interval=0), "the kit's launch cannot be planned: kit_launch_poll_interval must be at least 1 second"),
+    (_after(config=dict(CONFIG, timing=dict(CONFIG["timing"], poll_interval=0))),
+     "the kit's launch cannot be planned: dgxspark_vllm_poll_interval must be a positive number of seconds"),
     (_after(record={"content": base64.b64encode(b"{").decode(), "source": "/k/.dgxspark-launch.json"}),
      "the kit's launch cannot be planned: /k/.dgxspark-launch.json cannot be read"),
     (_args(config={"hf_home": "/x"}, passwd={}, group={}, described={}),
@@ -110,11 +111,32 @@ def test_what_it_cannot_plan_from_fails_the_task(args: dict[str, Any], message: 
 
 
 def test_the_arguments_are_checked_as_the_module_documents_them() -> None:
-    with pytest.raises(AnsibleActionFail, match="argument 'poll_interval' is of type str"):
-        run_action(ActionModule, _after(poll_interval="often"))
+    with pytest.raises(AnsibleActionFail, match="argument 'finish_timeout' is of type str"):
+        run_action(ActionModule, _after(finish_timeout="often"))
     with pytest.raises(AnsibleActionFail, match="missing required arguments: worker"):
         run_action(ActionModule, {"config": CONFIG, "head": HEAD})
-    assert run_action(ActionModule, _after(poll_interval="3"))["api_retries"] == 40     # templated numbers are strings
+    assert run_action(ActionModule, _after(finish_timeout="30"))["start"]["finish_retries"] == 15   # templated: strings
+
+
+def test_after_a_failed_start_then_its_diagnosis_then_the_report() -> None:
+    """The role's calls after the waits (the next step), in fail.yml (the message) and at the end (the report)."""
+    waits = {"rendezvous": {"changed": False, "ok": False, "phase": "container_started", "reason": "container stopped",
+                            "engine_error": None, "last_lines": []},
+             "serve": {"changed": False, "skipped": True}, "alive": {"changed": False, "skipped": True}}
+    judged = run_action(ActionModule, _args(waits=waits, finished={"changed": False, "skipped": True}))
+    assert (judged["step"], judged["stage"], judged["changed"]) == ("fail", "the worker reaching the rendezvous", False)
+    assert "message" not in judged
+    tails = {HEAD: {"stdout": "", "stderr": "Error: No such container: vllm_glm53"}, WORKER: {"stdout": "x"}}
+    failed = run_action(ActionModule, _args(waits=waits, tails=tails, start_tail={"stdout": "[start] worker"},
+                                            log="/k/start.log"))
+    assert failed["message"].split("\n")[:4] == [
+        "The kit's launch failed during the worker reaching the rendezvous.",
+        f"{WORKER}: phase reached 'container_started': container stopped",
+        f"Both ranks were stopped. Last 30 lines of ./start.sh on {HEAD} (/k/start.log):", "[start] worker"]
+    assert "Error: No such container: vllm_glm53" in failed["message"]
+    done = run_action(ActionModule, _args(decision={"kit_commit": "abc", "outcome": "already running, unchanged"},
+                                          warmup={"changed": False, "skipped": True}, repo_url="u"))
+    assert done["report"].startswith("EXL3 through the kit (u at abc): already running, unchanged;")
 
 
 def test_the_module_itself_refuses_to_run_on_a_node() -> None:

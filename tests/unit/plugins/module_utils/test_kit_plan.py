@@ -10,6 +10,7 @@ import os
 import subprocess
 from typing import Any
 
+import jinja2
 import pytest
 from ansible.plugins.filter.core import get_hash, to_json
 
@@ -20,15 +21,19 @@ from ansible_collections.dgxspark.vllm.plugins.module_utils._kit_plan import (
     decide,
     docker_members,
     home,
+    diagnose,
     images,
+    judge,
     kit_env,
     kit_hca,
     kit_node,
     last_start,
+    observed,
     outcome,
     plan,
     prepare,
     preview,
+    report,
     repos,
     restart,
     running,
@@ -36,6 +41,7 @@ from ansible_collections.dgxspark.vllm.plugins.module_utils._kit_plan import (
     start_env,
     timing,
     wanted,
+    warmup_prompt,
     why,
 )
 from ansible_collections.dgxspark.vllm.plugins.module_utils._secret_file import render_env, write_secret
@@ -50,12 +56,15 @@ CONFIG: dict[str, Any] = {
     "drafter_repo": "incoai/GLM-5.3-Flash-DFlash2", "drafter_revision": "main",
     "gpu_memory_utilization": 0.85, "max_model_len": 850000,
     "nodes": {HEAD: {"cx7_ip": "10.77.1.11"}, WORKER: {"cx7_ip": "10.77.1.12", "ib_hca": ""}},
+    "launcher": "exl3_kit", "served_model_name": "glm-5.3-flash",
 }
 BUDGETS = {"container_started": 300, "rendezvous": 300, "weights_loaded": 1800, "kv_allocated": 1800, "api_up": 1800}
+# the cluster's timing as the configuration step resolves it for the kit (_timing)
+CONFIG["timing"] = {"budgets": BUDGETS, "poll_interval": 2, "api_timeout": 120, "diagnosis_lines": 30,
+                    "peer_grace_seconds": 30, "stall_seconds": 900, "progress_interval": 15, "stop_grace_seconds": 10}
 SETTINGS: dict[str, Any] = {
     "kit_commit": "008ae945181341da7fce399bea503d86474e3ea4", "kit_dir": "/opt/dgxspark/exl3-kit",
-    "log": "/opt/dgxspark/exl3-kit/logs/dgxspark-start.log", "collection_staged": True,
-    "budgets": BUDGETS, "poll_interval": 2, "finish_timeout": 900, "api_timeout": 120}
+    "log": "/opt/dgxspark/exl3-kit/logs/dgxspark-start.log", "collection_staged": True, "finish_timeout": 900}
 NOT_IN_DOCKER = ("the kit user spark is not in the docker group: start.sh runs docker without sudo on both nodes "
                  "(sudo usermod -aG docker spark, then log in again)")
 
@@ -282,19 +291,21 @@ def test_start_argv_sources_the_secrets_file_then_removes_it(tmp_path):
 
 
 @pytest.mark.parametrize("budgets, poll, finish, api, expected", [
-    (BUDGETS, 2, 900, 120, {"async_seconds": 6900, "finish_retries": 450, "api_retries": 60}),
-    ({"a": 10}, 3, 10, 10, {"async_seconds": 20, "finish_retries": 4, "api_retries": 3}),   # ceil, floor
+    (BUDGETS, 2, 900, 120, {"async_seconds": 6900, "poll_seconds": 2, "finish_retries": 450, "api_retries": 60}),
+    ({"a": 10}, 3, 10, 10, {"async_seconds": 20, "poll_seconds": 3, "finish_retries": 4, "api_retries": 4}),   # ceil
+    # the launch's 0.5 s: Ansible's retries wait whole seconds, so the kit's polls of start.sh and the API take 1 s
+    ({"a": 10.5}, 0.5, 10, 10, {"async_seconds": 21, "poll_seconds": 1, "finish_retries": 10, "api_retries": 10}),
 ])
-def test_timing(budgets: dict[str, Any], poll: int, finish: int, api: int, expected: dict[str, int]) -> None:
+def test_timing(budgets: dict[str, Any], poll: float, finish: int, api: int, expected: dict[str, int]) -> None:
     assert timing(budgets, poll, finish, api) == expected
 
 
 def test_timing_refuses_what_it_cannot_count() -> None:
-    with pytest.raises(KitPlanError, match="kit_launch_poll_interval must be at least 1 second, not 0"):
+    with pytest.raises(KitPlanError, match="dgxspark_vllm_poll_interval must be a positive number of seconds, not 0"):
         timing(BUDGETS, 0, 900, 120)
-    with pytest.raises(KitPlanError, match=r"kit_launch_budgets\.api_up must be a number of seconds, not 'soon'"):
+    with pytest.raises(KitPlanError, match=r"dgxspark_vllm_budgets\.api_up must be a number of seconds, not 'soon'"):
         timing(dict(BUDGETS, api_up="soon"), 2, 900, 120)
-    with pytest.raises(KitPlanError, match=r"kit_launch_budgets\.api_up must be a number of seconds, not True"):
+    with pytest.raises(KitPlanError, match=r"dgxspark_vllm_budgets\.api_up must be a number of seconds, not True"):
         start_env("c", {"api_up": True}, True)
 
 
@@ -365,11 +376,127 @@ def test_plan_dispatches_on_what_was_observed() -> None:
     assert set(before) == {"accounts", "nodes", "repos", "env"}
     settings = {k: v for k, v in SETTINGS.items() if k != "collection_staged"}
     after = plan(dict(base, states={HEAD: _state("c1")}, **settings))
-    assert set(after) == {"wanted", "restart", "why", "running", "kit_commit", "preview", "outcome", "start",
-                          "api_retries", "refusal"}
-    with pytest.raises(KitPlanError, match=r"^give passwd, group and described \(before the kit is placed\) or states"):
+    assert set(after) == {"launcher", "wanted", "restart", "why", "running", "kit_commit", "preview", "outcome",
+                          "start", "poll_seconds", "api_retries", "warmup_prompt", "refusal"}
+    judged = plan(dict(base, waits={"rendezvous": _wait(True), "serve": _wait(True), "alive": _wait(True)},
+                       finished={"finished": 1, "rc": 0}))
+    assert set(judged) == {"step", "stage", "failures"}
+    failed = plan(dict(base, waits={"rendezvous": _wait(False, "stopped")}, tails={}, log="/k/log"))
+    assert failed["step"] == "fail" and failed["message"].startswith("The kit's launch failed during the worker")
+    assert set(plan(dict(base, decision={"outcome": "started"}))) == {"report"}
+    with pytest.raises(KitPlanError, match=r"^give passwd, group and described \(before the kit is placed\), states"):
         plan(base)
     with pytest.raises(KitPlanError, match="^group, described must be given with passwd$"):
         plan(dict(base, passwd={}))
-    with pytest.raises(KitPlanError, match="^kit_dir, api_timeout must be given with states$"):
-        plan(dict(base, states={}, **{k: v for k, v in SETTINGS.items() if k not in ("kit_dir", "api_timeout")}))
+    with pytest.raises(KitPlanError, match="^kit_dir, finish_timeout must be given with states$"):
+        plan(dict(base, states={}, **{k: v for k, v in SETTINGS.items() if k not in ("kit_dir", "finish_timeout")}))
+    with pytest.raises(KitPlanError, match="^the configuration has no timing"):
+        plan(dict(base, config={k: v for k, v in CONFIG.items() if k != "timing"}, states={HEAD: _state("c1")},
+                  **settings))
+
+
+# ------------------------------------------------------------------------------------------- after a start
+
+
+def _wait(ok: bool, reason: str = "", phase: str = "rendezvous", **extra: Any) -> dict[str, Any]:
+    """A vllm_startup_wait result as the role registers it."""
+    return {"changed": False, "ok": ok, "phase": phase, "reason": None if ok else reason,
+            "engine_error": extra.pop("engine_error", None), "log_report": extra.pop("log_report", None),
+            "last_lines": [], **extra}
+
+
+SKIPPED = {"changed": False, "skipped": True, "skip_reason": "Conditional result was False"}
+GOOD = {"rendezvous": _wait(True), "serve": _wait(True, phase="api_up"), "alive": _wait(True)}
+
+
+@pytest.mark.parametrize("waits, finished, expected", [
+    (GOOD, {"finished": 1, "rc": 0}, ("record", "")),
+    # the worker never reached its rendezvous: the head's waits were skipped
+    ({"rendezvous": _wait(False, "container stopped (exit code 1) after reaching phase container_started",
+                          phase="container_started"), "serve": SKIPPED, "alive": SKIPPED}, {},
+     ("fail", "the worker reaching the rendezvous")),
+    ({"rendezvous": _wait(True), "serve": _wait(False, "phase 'api_up' not reached within its budget of 1800 s",
+                                                phase="kv_allocated"), "alive": SKIPPED}, {},
+     ("fail", "the head starting to serve")),
+    # the head serves but the worker died meanwhile
+    ({"rendezvous": _wait(True), "serve": _wait(True, phase="api_up"), "alive": _wait(False, "container stopped")},
+     SKIPPED, ("fail", "the head starting to serve")),
+    (GOOD, {"finished": 1, "rc": 3}, ("fail", "./start.sh finishing (exit code 3)")),
+    (GOOD, {"finished": 0, "failed": False}, ("fail", "./start.sh finishing (exit code none: still running)")),
+])
+def test_judge_names_the_first_stage_that_failed(waits: dict[str, Any], finished: dict[str, Any],
+                                                 expected: tuple[str, str]) -> None:
+    verdict = judge(waits, finished, HEAD, WORKER)
+    assert (verdict["step"], verdict["stage"]) == expected
+
+
+def test_judge_lists_each_rank_that_failed_as_the_launch_does() -> None:
+    serve = _wait(False, "engine error: CUDA out of memory", phase="weights_loaded", engine_error="CUDA out of memory")
+    verdict = judge({"rendezvous": _wait(True), "serve": serve, "alive": _wait(False, "container stopped")}, {},
+                    HEAD, WORKER)
+    assert verdict["failures"] == [f"{HEAD}: phase reached 'weights_loaded': engine error: CUDA out of memory",
+                                   f"{WORKER}: phase reached 'rendezvous': container stopped"]
+
+
+def test_observed_puts_each_wait_on_its_rank() -> None:
+    assert observed(GOOD, HEAD, WORKER) == {HEAD: {"serve": GOOD["serve"]},
+                                            WORKER: {"rendezvous": GOOD["rendezvous"], "alive": GOOD["alive"]}}
+
+
+def test_diagnose_shows_the_stage_the_ranks_start_sh_and_both_containers() -> None:
+    waits = {"rendezvous": _wait(True), "serve": _wait(False, "container stopped (exit code 1) after reaching phase "
+                                                       "kv_allocated", phase="kv_allocated",
+                                                       engine_error="ValueError: max_model_len too large",
+                                                       log_report={"estimated_max_model_len": 600000}),
+             "alive": SKIPPED}
+    tails = {HEAD: {"stdout": "INFO loading\nERROR boom", "stderr": ""}, WORKER: {"stdout": "", "stderr": ""},
+             }
+    text = diagnose(CONFIG, HEAD, WORKER, waits, SKIPPED, tails, {"stdout": "[start] head up"}, "/k/start.log")
+    assert text.split("\n") == [
+        "The kit's launch failed during the head starting to serve.",
+        f"{HEAD}: phase reached 'kv_allocated': container stopped (exit code 1) after reaching phase kv_allocated "
+        "[engine: ValueError: max_model_len too large]",
+        "The engine cannot fit max-model-len 850000 into its KV cache: the estimated maximum model length is 600000.",
+        "Fix: set dgxspark_vllm_max_model_len to at most 600000, or give the KV cache more memory.",
+        f"Both ranks were stopped. Last 30 lines of ./start.sh on {HEAD} (/k/start.log):",
+        "[start] head up",
+        f"----- {HEAD} (head) container vllm_glm53 -----",
+        "INFO loading",
+        "ERROR boom",
+        f"----- {WORKER} (worker) container vllm_glm53 -----",
+        "(no container)"]
+    # start.sh's exit: no rank failed; nothing collected on the head
+    bare = diagnose(dict(CONFIG, timing=dict(CONFIG["timing"], diagnosis_lines=5)), HEAD, WORKER, GOOD,
+                    {"finished": 1, "rc": 2}, {}, {}, "/k/start.log")
+    assert bare.split("\n")[:3] == [
+        "The kit's launch failed during ./start.sh finishing (exit code 2).",
+        f"Both ranks were stopped. Last 5 lines of ./start.sh on {HEAD} (/k/start.log):",
+        "(none)"]
+
+
+def test_report_says_what_serves_the_trade_off_and_the_warm_up() -> None:
+    decision = {"kit_commit": "abc", "outcome": "started (nothing runs)"}
+    rendered = {"values": {"MAX_MODEL_LEN": "850000"}, "drafter": "incoai/GLM-5.3-Flash-DFlash2"}
+    text = report(CONFIG, decision, rendered, {"elapsed": 12, "status": 200}, "https://example.org/kit.git")
+    assert text.startswith("EXL3 through the kit (https://example.org/kit.git at abc): started (nothing runs); "
+                           "glm-5.3-flash on port 8888, max-model-len 850000, drafter incoai/GLM-5.3-Flash-DFlash2. "
+                           "Trade-off: about twice NVFP4's decode")
+    assert text.endswith("time to first token. Warm-up request: 12 s.")
+    plain = report(CONFIG, decision, {}, SKIPPED, "u")
+    assert "max-model-len ?, drafter none." in plain
+    assert plain.endswith("Set kit_launch_warmup_prompt_chars to pay the first large-prompt latency once, at start.")
+
+
+@pytest.mark.parametrize("chars", [1, 40, 2000, 100000])
+def test_warmup_prompt_is_the_prompt_the_role_always_sent(chars: int) -> None:
+    earlier = jinja2.Environment().from_string(
+        "{{ ('Summarise the following text. ' ~ ('The cluster serves the model across two nodes. ' * 10000))"
+        " | truncate(chars, true, '', 0) }}")
+    assert warmup_prompt(chars) == earlier.render(chars=chars)
+
+
+def test_warmup_prompt() -> None:
+    assert warmup_prompt(0) == ""
+    assert warmup_prompt(40) == "Summarise the following text. The cluste"
+    assert len(warmup_prompt(2000)) == 2000 and warmup_prompt(2000).count("two nodes.") == 41
+    assert _decide()["warmup_prompt"] == ""
