@@ -81,16 +81,20 @@ def renamed(given: Mapping[str, Mapping[str, Any]]) -> list[str]:
             for old, hosts in sorted(found.items())]
 
 
+def _as_number(value: Any) -> float | None:
+    """value as a float; None for a boolean or anything float() refuses."""
+    if isinstance(value, bool):
+        return None
+    try:
+        return float(value)
+    except (TypeError, ValueError):
+        return None
+
+
 def _number(name: str, value: Any, problems: list[str]) -> float | None:
     smallest = SETTINGS[name][1]
     shown = f"{PREFIX}{name}"
-    if isinstance(value, bool):
-        number = None
-    else:
-        try:
-            number = float(value)
-        except (TypeError, ValueError):
-            number = None
+    number = _as_number(value)
     whole = name in INTEGERS
     if number is None or number < smallest or (whole and number != int(number)):
         kind = "a whole number" if whole else "a number of seconds"
@@ -112,13 +116,7 @@ def _budgets(value: Any, base: Mapping[str, float], problems: list[str]) -> dict
             problems.append(f"{shown}.{phase} is not a startup phase (phases: {', '.join(PHASES)}; "
                             f"e.g. {shown}: {EXAMPLES['budgets']})")
             continue
-        if isinstance(seconds, bool):
-            number = None
-        else:
-            try:
-                number = float(seconds)
-            except (TypeError, ValueError):
-                number = None
+        number = _as_number(seconds)
         if number is None or number <= 0:
             problems.append(f"{shown}.{phase} must be a positive number of seconds, got {seconds!r} "
                             f"(e.g. {shown}: {EXAMPLES['budgets']})")

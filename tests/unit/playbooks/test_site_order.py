@@ -1,0 +1,21 @@
+# Copyright: Contributors to the dgxspark.vllm collection
+# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
+"""playbooks/site.yml runs the recipe's steps in order; the firewall comes before staging, whose fan-out and image
+transfer use the CX7 link (a cluster grown from two nodes to four must admit its new nodes first)."""
+from __future__ import annotations
+
+import pathlib
+
+import yaml
+
+SITE = pathlib.Path(__file__).resolve().parents[3] / "playbooks" / "site.yml"
+
+
+def _imported() -> list[str]:
+    return [play["ansible.builtin.import_playbook"] for play in yaml.safe_load(SITE.read_text(encoding="utf-8"))
+            if "ansible.builtin.import_playbook" in play]
+
+
+def test_the_steps_run_in_the_recipes_order_with_the_firewall_before_staging() -> None:
+    assert _imported() == ["preflight.yml", "firewall.yml", "staging.yml", "cache_flush.yml", "launch.yml",
+                           "verify.yml"]
