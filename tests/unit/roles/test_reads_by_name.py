@@ -1,13 +1,15 @@
 # Copyright: Contributors to the dgxspark.vllm collection
 # GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
 """The YAML reads documented values by name: every node's CX7 address from the resolved configuration
-(dgxspark_vllm_config.nodes[host].cx7_ip, dgxspark_vllm_config.head_cx7_ip), not from each host's variables."""
+(dgxspark_vllm_config.nodes[host].cx7_ip, dgxspark_vllm_config.head_cx7_ip), not from each host's variables; the
+files dgxspark.vllm.service_files_info read by their name (by_name), not by their position in the list."""
 from __future__ import annotations
 
 import re
 from pathlib import Path
 
 import pytest
+import yaml
 
 ROOT = Path(__file__).resolve().parents[3]
 
@@ -48,3 +50,47 @@ def test_roles_and_playbooks_read_every_nodes_cx7_address_from_the_configuration
     found = [(str(path.relative_to(ROOT)), read) for path in _files("roles", "playbooks")
              for read in _hostvars_cx7_reads(path.read_text(encoding="utf-8"))]
     assert found == [], "read dgxspark_vllm_config.nodes[host].cx7_ip (or .head_cx7_ip) instead"
+
+
+# files[2].exists, files[0]['content'], map('extract', hostvars, [..., 'files', 0, ...])
+FILES_BY_POSITION = re.compile(r"\bfiles\s*\[\s*-?\d+\s*\]|['\"]files['\"]\s*,\s*-?\d+\s*[,\]]")
+
+
+@pytest.mark.parametrize(("text", "found"), [
+    ("when: not cache_flush_read.files[2].exists", True),
+    ("{{ __guard_head_also.files [ 0 ].content }}", True),
+    ("map('extract', hostvars, ['cache_flush_read', 'also', 'files', 0, 'content'])", True),
+    ("when: not cache_flush_read.by_name.unit.exists", False),
+    ("map('extract', hostvars, ['cache_flush_read', 'also', 'files'])", False),
+    ("{{ cache_flush_read.files | map(attribute='path') }}", False),
+])
+def test_the_scan_sees_a_file_read_by_position(text: str, found: bool) -> None:
+    assert bool(FILES_BY_POSITION.search(text)) is found
+
+
+def test_roles_playbooks_and_scenarios_read_files_by_name() -> None:
+    found = [(str(path.relative_to(ROOT)), match.group(0))
+             for path in _files("roles", "playbooks", "extensions/molecule")
+             for match in FILES_BY_POSITION.finditer(path.read_text(encoding="utf-8"))]
+    assert found == [], "name the file (service_files_info's files[].name) and read it from by_name"
+
+
+def _names(files: list) -> set[str]:
+    return {item["name"] for item in files if "name" in item}
+
+
+def test_every_file_read_by_name_is_one_the_read_names() -> None:
+    """cache_flush_read.by_name.<name> is one of the flush service's files (tasks/read.yml); the guard's
+    cache_flush_read.also.by_name.<name> one of the files the guard asks it to read alongside (tasks/prepare.yml)."""
+    read = yaml.safe_load((ROOT / "roles/cache_flush/tasks/read.yml").read_text(encoding="utf-8"))
+    own = _names(read[0]["dgxspark.vllm.service_files_info"]["files"])
+    prepare = yaml.safe_load((ROOT / "roles/guard/tasks/prepare.yml").read_text(encoding="utf-8"))
+    also = _names(prepare[0]["vars"]["__guard_head_read"]["files"]) | _names(prepare[0]["vars"]["__guard_worker_read"]["files"])
+    assert own == {"program", "config", "unit"}
+    assert also == {"config", "state", "maintenance", "public_key", "host_key", "authorized_keys", "sudoers", "program"}
+    text = "".join(path.read_text(encoding="utf-8") for path in _files("roles", "playbooks", "extensions/molecule"))
+    own_reads = set(re.findall(r"(?<!also\.)by_name\.(\w+)", text.replace("also.by_name", "also.BY_NAME")))
+    also_reads = set(re.findall(r"also\.by_name\.(\w+)|'also', 'by_name', '(\w+)'", text))
+    also_reads = {name for pair in also_reads for name in pair if name}
+    assert own_reads and own_reads <= own, own_reads - own
+    assert also_reads and also_reads <= also, also_reads - also
