@@ -2,7 +2,9 @@
 # GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
 """The YAML reads documented values by name: every node's CX7 address from the resolved configuration
 (dgxspark_vllm_config.nodes[host].cx7_ip, dgxspark_vllm_config.head_cx7_ip), not from each host's variables; the
-files dgxspark.vllm.service_files_info read by their name (by_name), not by their position in the list."""
+files dgxspark.vllm.service_files_info read by their name (by_name), not by their position in the list; and the
+molecule scenarios check what the roles document (their outputs, the modules' returns, files and units on the
+nodes), never a role's internal __<role>_* variables."""
 from __future__ import annotations
 
 import re
@@ -94,3 +96,25 @@ def test_every_file_read_by_name_is_one_the_read_names() -> None:
     also_reads = {name for pair in also_reads for name in pair if name}
     assert own_reads and own_reads <= own, own_reads - own
     assert also_reads and also_reads <= also, also_reads - also
+
+
+def _internals(text: str) -> list[str]:
+    roles = sorted((path.name for path in (ROOT / "roles").iterdir() if path.is_dir()), key=len, reverse=True)
+    return [match.group(0) for match in re.finditer(r"\b__(?:%s)_[a-z0-9_]+" % "|".join(roles), text)]
+
+
+@pytest.mark.parametrize(("text", "found"), [
+    ("hostvars[dgxspark_vllm_config.head].__guard_plan.arm_reason", ["__guard_plan"]),
+    ("- __launch_metrics is not defined", ["__launch_metrics"]),
+    ("environment: \"{{ __checkpoint_env }}\"", ["__checkpoint_env"]),
+    ("- guard_arm.armed and launch_plan.steps == ['done']", []),
+    ("__scenario_own: 1", []),
+])
+def test_the_scan_sees_a_roles_internal(text: str, found: list) -> None:
+    assert _internals(text) == found
+
+
+def test_no_scenario_reads_a_roles_internals() -> None:
+    found = [(str(path.relative_to(ROOT)), name) for path in _files("extensions/molecule")
+             for name in _internals(path.read_text(encoding="utf-8"))]
+    assert found == [], "read the role's documented output (its README) instead"
