@@ -98,5 +98,5 @@ def test_files_given_a_name_are_found_by_it_and_the_others_only_in_the_list() ->
      "the name of /a is empty: give it a name or leave name out; also.files: the name 'x' is given to 2 files"),
 ])
 def test_a_name_given_twice_or_empty_is_refused_with_every_problem(files: list, message: str) -> None:
-    with pytest.raises(ServiceFilesError, match=message.replace("(", r"\(").replace(")", r"\)")):
+    with pytest.raises(ServiceFilesError, match=re.escape(message)):
         check_names(files, "also.files")
