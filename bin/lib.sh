@@ -23,8 +23,19 @@ ensure_host_docker() {
     DEBIAN_FRONTEND=noninteractive apt-get install -y -q docker.io debootstrap openssh-client openssl curl
   fi
   if ! docker info >/dev/null 2>&1; then
-    nohup dockerd >/var/log/dockerd.log 2>&1 &
+    # a daemon keeps none of its caller's descriptors: a lock the caller holds (flock) would stay held by dockerd
+    (for fd in /proc/"$BASHPID"/fd/*; do fd=${fd##*/}; [ "$fd" -le 2 ] || eval "exec $fd>&-"; done
+     exec nohup dockerd >/var/log/dockerd.log 2>&1) &
     wait_for 60 "the host's dockerd (log: /var/log/dockerd.log)" docker info
+  fi
+}
+
+# promtool (Debian's prometheus package): the unit tests check and test the shipped alert rules with it, and the guard
+# scenario runs that package's Prometheus against the lab.
+ensure_promtool() {
+  if ! command -v promtool >/dev/null || ! command -v prometheus >/dev/null; then
+    apt-get update -q
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends prometheus
   fi
 }
 

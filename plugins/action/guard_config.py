@@ -42,8 +42,13 @@ class ActionModule(ControllerAction):
     def run_task(self, params: dict[str, Any], check_mode: bool, diff: bool) -> dict[str, Any]:
         cluster = plain(params["config"])
         addresses = {host: self._address(host) for host in cluster.get("workers") or []}
+        tunables = plain(params["tunables"])
+        if tunables.get("metrics_port") and not tunables.get("metrics_address"):
+            # the head's management address, as the workers' from= has it: where a Prometheus of the LAN reaches it
+            given = self._address(cluster["head"])
+            tunables["metrics_address"] = resolve(given) or given
         try:
-            document = build_document(cluster, addresses, plain(params["tunables"]), params["state_path"],
+            document = build_document(cluster, addresses, tunables, params["state_path"],
                                       params["maintenance_path"], params["ssh_config"])
         except GuardConfigError as exc:
             raise ControllerTaskError(f"the group guard cannot be configured: {exc}", problems=exc.problems) from exc

@@ -108,6 +108,8 @@ VARIABLES: Mapping[str, Variable] = {var.name: var for var in (
     _v("require_api_key", kind="bool", example="true"),
     _v("require_pins", kind="bool", example="true"),
     _v("api_key_file", kind="path", example="/etc/dgxspark/api-key"),
+    # the group guard's Prometheus endpoint on the head (0: none); the firewall admits it from the API's networks only
+    _v("guard_metrics_port", kind="port", example="9478"),
     # How a start is watched and stopped (the timing part of the fact; _timing): one value for every role.
     _v("budgets", kind="timing", example="{api_up: 1800}"),
     _v("poll_interval", kind="timing", example="2"),
@@ -126,6 +128,7 @@ FACT_NAMES = frozenset({FACT, "dgxspark_vllm_detected_cx7_iface", "dgxspark_vllm
 # Set with the generated key by the dgxspark_vllm role (every node of the cluster): the key came from the head's file.
 GENERATED_KEY_FACT = "dgxspark_vllm_api_key_generated"
 DEFAULT_API_KEY_FILE = "/etc/dgxspark/api-key"
+DEFAULT_GUARD_METRICS_PORT = 9478
 # Names people invent, with what to do instead.
 _HINTS: Mapping[str, str] = {
     "node_rank": "ranks come from the inventory groups: the host in spark_head is rank 0, the hosts in "
@@ -381,6 +384,13 @@ def _check_plain(name: str, var: Variable, value: Any, problems: list[str]) -> A
             problems.append(f"{full} must be a whole number of 1 or more, got {value!r} (e.g. {_fix(full, var.example)})")
             return _MISSING
         return count
+    if var.kind == "port":
+        port = None if isinstance(value, bool) else 0 if value in (0, "0") else _count(value)
+        if port is None or port > 65535:
+            problems.append(f"{full} must be a port number (1-65535) or 0 for none, got {value!r} "
+                            f"(e.g. {_fix(full, var.example)})")
+            return _MISSING
+        return port
     if var.kind == "cidrs":
         if isinstance(value, str) or not isinstance(value, Sequence):
             problems.append(f"{full} must be a list of networks, got {value!r} (e.g. {_fix(full, var.example)})")
@@ -526,6 +536,11 @@ def resolve(inputs: Inputs) -> dict[str, Any]:
                         f"{profile.launcher}): the group guard starts and stops the containers the docker_run "
                         "launch created, and the EXL3 kit's start.sh makes its own; set dgxspark_vllm_guard: false "
                         "(or remove it: it is off for this launcher)")
+    metrics_port = explicit.get("guard_metrics_port", DEFAULT_GUARD_METRICS_PORT)
+    for key in ("port", "master_port"):
+        if metrics_port and str(metrics_port) == str(values.get(key)).strip():
+            problems.append(f"dgxspark_vllm_guard_metrics_port and {name(key)} are both {metrics_port}: the guard's "
+                            "metrics endpoint needs a port of its own (or 0 for none)")
     if problems:
         raise ConfigError(_with_examples(problems))
 
@@ -553,6 +568,7 @@ def resolve(inputs: Inputs) -> dict[str, Any]:
         "api_allowed_cidrs": explicit.get("api_allowed_cidrs", []),
         "require_api_key": explicit.get("require_api_key", True),
         "api_key_file": explicit.get("api_key_file", DEFAULT_API_KEY_FILE),
+        "guard_metrics_port": metrics_port,
         **_api_key_plan(profile.launcher, render_settings.get("host"), bool(explicit.get("api_key")),
                         bool((inputs.hostvars.get(head) or {}).get(GENERATED_KEY_FACT))),
         "hf_token_set": bool(explicit.get("hf_token")),
@@ -576,7 +592,7 @@ def resolve(inputs: Inputs) -> dict[str, Any]:
         config[key] = values[key]
     config["cx7_subnet"] = values["cx7_subnet"] or ""
     for key in ("lab", "accept_noncommercial_drafter", "staging_lock_path", "secure_logging", "profile", "guard",
-                "firewall", "require_api_key", "api_key_file", "require_pins"):
+                "firewall", "require_api_key", "api_key_file", "require_pins", "guard_metrics_port"):
         sources.setdefault(key, "default")
     sources.setdefault("api_allowed_cidrs", "default (the controller's address and the nodes)")
     sources["profile"] = sources.get("profile") if "profile" in explicit else "default"

@@ -15,7 +15,9 @@ nothing else on the node is touched and removing it is one command) says:
   addresses on any interface, so a host of the management LAN that routes the CX7 subnet through a node's
   management address would otherwise reach every engine port bound to the CX7 address (vLLM's ZMQ and
   torch.distributed ports, which speak serialized Python objects);
-- the master port from nowhere else (not from the management LAN).
+- the master port from nowhere else (not from the management LAN);
+- on the head, the group guard's metrics port (``dgxspark_vllm_guard_metrics_port``, while the guard is on) only from
+  ``api_cidrs``, as the API: a Prometheus that may scrape the engine may scrape the guard, no other LAN host.
 
 Everything else keeps the node's own policy: the table's chain accepts what it does not name, so SSH and the
 node's other services are not this collection's business. The text replaces the table atomically: ``nft -f``
@@ -49,6 +51,7 @@ class Rules:
     master_port: int
     api_cidrs: tuple[str, ...]      # networks the API answers (IPv4 and IPv6)
     own: tuple[str, ...] = ()       # this node's addresses on its CX7 interface (reached only over that interface)
+    metrics_port: int = 0           # the guard's metrics port (the head, the guard on; 0: none), from api_cidrs only
 
 
 def _network(where: str, value: str) -> ipaddress.IPv4Network | ipaddress.IPv6Network:
@@ -89,9 +92,9 @@ def controller_address(ssh_connection: str) -> str:
 
 
 def rules(cx7_iface: str, own_cx7_ip: str, cx7_ips: Sequence[str], api_port: int, master_port: int,
-          cidrs: Sequence[str], own_addresses: Sequence[str] = ()) -> Rules:
+          cidrs: Sequence[str], own_addresses: Sequence[str] = (), metrics_port: int = 0) -> Rules:
     """One node's rules; raises FirewallError naming what is wrong. `own_addresses`: every address of the node's CX7
-    interface (its CX7 IP is always one of them)."""
+    interface (its CX7 IP is always one of them); `metrics_port`: the guard's, admitted like the API (0: none)."""
     if not isinstance(cx7_iface, str) or not _IFACE.match(cx7_iface):
         raise FirewallError(f"the CX7 interface {cx7_iface!r} is not an interface name")
     for name, port in (("dgxspark_vllm_port", api_port), ("dgxspark_vllm_master_port", master_port)):
@@ -99,6 +102,10 @@ def rules(cx7_iface: str, own_cx7_ip: str, cx7_ips: Sequence[str], api_port: int
             raise FirewallError(f"{name} must be a port number (1-65535), got {port!r}")
     if api_port == master_port:
         raise FirewallError(f"dgxspark_vllm_port and dgxspark_vllm_master_port are both {api_port}")
+    if isinstance(metrics_port, bool) or not isinstance(metrics_port, int) or not 0 <= metrics_port <= 65535:
+        raise FirewallError(f"dgxspark_vllm_guard_metrics_port must be a port number or 0, got {metrics_port!r}")
+    if metrics_port in (api_port, master_port):
+        raise FirewallError(f"dgxspark_vllm_guard_metrics_port is {metrics_port}, the port of the API or the master")
     own = str(ipaddress.ip_address(own_cx7_ip))
     peers: list[str] = []
     for ip in cx7_ips:
@@ -114,7 +121,7 @@ def rules(cx7_iface: str, own_cx7_ip: str, cx7_ips: Sequence[str], api_port: int
         text = str(ipaddress.ip_address(address))
         if text not in mine:
             mine.append(text)
-    return Rules(cx7_iface, tuple(peers), api_port, master_port, tuple(cidrs), tuple(mine))
+    return Rules(cx7_iface, tuple(peers), api_port, master_port, tuple(cidrs), tuple(mine), metrics_port)
 
 
 def _elements(values: Sequence[str]) -> str:
@@ -163,6 +170,14 @@ def ruleset(r: Rules, table: str = TABLE) -> str:
         f'    iifname != "{r.cx7_iface}" ip6 daddr @cx7_own6 counter drop comment "the CX7 addresses off the CX7 link"',
         f'    tcp dport {r.api_port} ip saddr @api_allowed4 accept comment "the API"',
         f'    tcp dport {r.api_port} ip6 saddr @api_allowed6 accept comment "the API"',
+    ]
+    if r.metrics_port:
+        lines += [
+            f'    tcp dport {r.metrics_port} ip saddr @api_allowed4 accept comment "the guard metrics"',
+            f'    tcp dport {r.metrics_port} ip6 saddr @api_allowed6 accept comment "the guard metrics"',
+            f'    tcp dport {r.metrics_port} counter reject with tcp reset comment "the guard metrics from elsewhere"',
+        ]
+    lines += [
         f'    tcp dport {{ {r.api_port}, {r.master_port} }} counter reject with tcp reset '
         'comment "the API from elsewhere, the master port off the CX7 link"',
         "  }",
@@ -250,8 +265,9 @@ def plan(config: dict, addresses: dict, reached: dict, controller: dict | None =
     out = {}
     for host in hosts:
         on_cx7 = [local for iface, local, _prefix in _addresses(addresses.get(host)) if iface == ifaces[host]]
+        metrics_port = int(config.get("guard_metrics_port") or 0) if host == config["head"] and config.get("guard") else 0
         r = rules(ifaces[host], str(nodes[host]["cx7_ip"]), cx7_ips, int(config["port"]), int(config["master_port"]),
-                  cidrs, on_cx7)
+                  cidrs, on_cx7, metrics_port)
         out[host] = {"ruleset": ruleset(r), "cx7_iface": ifaces[host], "peers": list(r.peers)}
     source = " and ".join(part for part in (
         "dgxspark_vllm_api_allowed_cidrs" if given_cidrs else "",

@@ -25,7 +25,7 @@ from ansible_collections.dgxspark.vllm.plugins.module_utils._startup import DEFA
 
 STATUSES = ("armed", "maintenance", "waiting_nodes", "restoring", "backoff", "gave_up", "disarmed")
 ROLES = ("head", "worker")
-KINDS = ("stopped", "restarted", "api", "unreachable", "absent")
+KINDS = ("stopped", "restarted", "api", "unreachable", "absent", "memory")
 HISTORY_KEEP = 20
 
 
@@ -68,8 +68,13 @@ class GuardConfig:
     backoff_max_seconds: float = 900.0
     max_failed_restores: int = 3            # failed restores in `window_seconds` before giving up
     window_seconds: float = 3600.0
+    stable_seconds: float = 600.0           # a restore whose group broke again sooner counts as failed
+    memory_margin_percent: float = 10.0     # MemAvailable before a start may be this much below the last good start's
+    memory_wait_seconds: float = 120.0      # how long to wait for it (after dropping the page cache) before giving up
     log_lines: int = 30
     ssh_config: str = "/etc/dgxspark/guard/ssh_config"   # the guard's own ssh_config (its key, the workers' aliases)
+    metrics_address: str = ""               # where its Prometheus endpoint listens ("" with port 0: no endpoint)
+    metrics_port: int = 0
 
     @property
     def head(self) -> Rank:
@@ -82,8 +87,10 @@ class GuardConfig:
 
 _FLOATS = ("interval_seconds", "probe_interval_seconds", "probe_timeout_seconds", "grace_seconds", "stop_seconds",
            "poll_seconds", "peer_grace_seconds", "node_wait_seconds", "backoff_seconds", "backoff_max_seconds",
-           "window_seconds", "stall_seconds", "progress_seconds")
+           "window_seconds", "stall_seconds", "progress_seconds", "stable_seconds", "memory_margin_percent",
+           "memory_wait_seconds")
 _INTS = ("max_failed_restores", "log_lines")
+_PORTS = ("metrics_port",)
 _STRINGS = ("container", "api_url", "served_model_name", "state_path", "maintenance_path")
 _OPTIONAL_PATHS = ("ssh_config",)
 _SSH_HOST = re.compile(r"[A-Za-z0-9][A-Za-z0-9.-]{0,200}")   # what ssh_alias() makes: never an option, never a space
@@ -94,7 +101,7 @@ def parse_config(data: Any) -> GuardConfig:
     problems: list[str] = []
     if not isinstance(data, dict):
         raise GuardConfigError([f"the guard configuration must be a JSON object, got {type(data).__name__}"])
-    known = set(_FLOATS + _INTS + _STRINGS + _OPTIONAL_PATHS + ("ranks", "budgets"))
+    known = set(_FLOATS + _INTS + _STRINGS + _OPTIONAL_PATHS + _PORTS + ("ranks", "budgets", "metrics_address"))
     problems += [f"unknown key {key!r}" for key in sorted(data) if key not in known and not key.startswith("_")]
     values: dict[str, Any] = {}
     for key in _STRINGS:
@@ -121,12 +128,27 @@ def parse_config(data: Any) -> GuardConfig:
             problems.append(f"{key} must be a whole number, got {value!r}")
         else:
             values[key] = int(value) if key in _INTS else float(value)
+    port = data.get("metrics_port", 0)
+    if isinstance(port, bool) or not isinstance(port, int) or not 0 <= port <= 65535:
+        problems.append(f"metrics_port must be a port number (0: no metrics endpoint), got {port!r}")
+        port = 0
+    else:
+        values["metrics_port"] = port
+    address = data.get("metrics_address", "")
+    if not isinstance(address, str) or (address and management_address_problem("the head", address)):
+        problems.append(f"metrics_address must be an IP address or a host name the head listens on, got {address!r}")
+    elif port and not address:
+        problems.append("metrics_address must be set when metrics_port is (the address the endpoint listens on)")
+    else:
+        values["metrics_address"] = address
     if "budgets" in data:
         try:
             values["budgets"] = dict(make_watch("api_up", data["budgets"], 0.0).budgets)
         except (StartupError, AttributeError, TypeError) as exc:
             problems.append(f"budgets: {exc}")
     ranks = _parse_ranks(data.get("ranks"), problems)
+    if values.get("memory_margin_percent", 10.0) >= 100:
+        problems.append(f"memory_margin_percent must be below 100, got {values['memory_margin_percent']!r}")
     if values.get("backoff_max_seconds", 900.0) < values.get("backoff_seconds", 10.0):
         problems.append("backoff_max_seconds must not be below backoff_seconds")
     if problems:
@@ -222,6 +244,28 @@ def assess(config: GuardConfig, baseline: dict[str, str], ranks: list[RankObserv
     return None
 
 
+def started_rank_problem(obs: RankObservation, started_at: str | None) -> str | None:
+    """Why a rank a restore started can no longer join its group, or None while it may.
+
+    ``started_at`` is the start the restore gave the rank (Docker's State.StartedAt read after ``docker start``).
+    Watched for every started rank on every poll of a restore, so that a rank whose container dies, starts again
+    or is frozen (``docker pause``) after its rendezvous ends the restore at once, not when the head's dead-peer
+    grace runs out. An unreachable node is left to the caller (it names the node's Docker, not the rank)."""
+    if not obs.reachable:
+        return None
+    if not obs.exists:
+        return f"the serve container on {obs.name} is gone"
+    if not obs.running:
+        code = "" if obs.exit_code is None else f" (exit code {obs.exit_code})"
+        return f"the serve container on {obs.name} died during the restore{code}"
+    if started_at and obs.started_at and obs.started_at != started_at:
+        return (f"the serve container on {obs.name} started again during the restore (at {obs.started_at}; the "
+                f"restore started it at {started_at})")
+    if obs.paused:
+        return f"the serve container on {obs.name} is paused (docker pause) during the restore"
+    return None
+
+
 # ------------------------------------------------------------------------------------------------ the API probe
 
 PROGRESS_COUNTERS = ("vllm:prompt_tokens_total", "vllm:generation_tokens_total")
@@ -296,6 +340,7 @@ class GuardState:
     maintenance: dict[str, Any] | None = None
     next_attempt_at: float = 0.0
     updated_at: float = 0.0
+    memory_reference: dict[str, int] = field(default_factory=dict)   # MemAvailable (KiB) per node at the last good start
 
     def to_json(self) -> str:
         return json.dumps(asdict(self), indent=2, sort_keys=True)
@@ -327,9 +372,21 @@ def set_status(state: GuardState, status: str, detail: str, now: float) -> bool:
     return changed
 
 
+def failed(attempt: dict[str, Any]) -> bool:
+    """A restore that counts as failed: it did not bring the group back, or the group it brought back broke again
+    within ``stable_seconds`` (``unstable``, set by note_break)."""
+    return not attempt.get("ok") or bool(attempt.get("unstable"))
+
+
 def failed_in_window(state: GuardState, config: GuardConfig, now: float) -> list[dict[str, Any]]:
-    """The failed restores that count towards giving up (in the window, not before the last arm)."""
-    return [a for a in _in_window(state, config, now) if not a.get("ok")]
+    """The failed restores that count towards backoff and giving up: those in a row in the window (not before the
+    last arm), back to the last restore whose group stayed serving for ``stable_seconds``."""
+    streak: list[dict[str, Any]] = []
+    for attempt in reversed(_in_window(state, config, now)):
+        if not failed(attempt):
+            break
+        streak.insert(0, attempt)
+    return streak
 
 
 def _in_window(state: GuardState, config: GuardConfig, now: float) -> list[dict[str, Any]]:
@@ -337,13 +394,32 @@ def _in_window(state: GuardState, config: GuardConfig, now: float) -> list[dict[
             if not a.get("window_reset") and now - float(a.get("started_at", 0)) < config.window_seconds]
 
 
+def note_break(state: GuardState, config: GuardConfig, now: float) -> bool:
+    """The group is broken at ``now``: when the last restore succeeded less than ``stable_seconds`` ago, it did not
+    last and counts as failed from now on (marked ``unstable`` with how long it served). True when marked."""
+    if not state.attempts:
+        return False
+    last = state.attempts[-1]
+    if not last.get("ok") or last.get("unstable") or last.get("window_reset"):
+        return False
+    served = now - float(last.get("finished_at") or now)
+    if served >= config.stable_seconds:
+        return False
+    last["unstable"] = True
+    last["served_seconds"] = round(served, 1)
+    if state.last_restore is not None and state.last_restore.get("started_at") == last.get("started_at"):
+        state.last_restore = last
+    return True
+
+
 def backoff(state: GuardState, config: GuardConfig, now: float) -> float:
-    """Seconds to wait after the last restore before the next: 0 for the first in a window, then
-    backoff_seconds doubled for each further restore in the window, at most backoff_max_seconds."""
-    recent = _in_window(state, config, now)
-    if not recent:
+    """Seconds to wait after the last failed restore before the next: 0 when no restore failed in a row (a restore
+    after a healthy run starts at once), then backoff_seconds doubled for each further failure, at most
+    backoff_max_seconds."""
+    streak = failed_in_window(state, config, now)
+    if not streak:
         return 0.0
-    return min(config.backoff_max_seconds, config.backoff_seconds * 2 ** (len(recent) - 1))
+    return min(config.backoff_max_seconds, config.backoff_seconds * 2 ** (len(streak) - 1))
 
 
 def decide(state: GuardState, config: GuardConfig, finding: Finding | None, now: float) -> str:
@@ -354,15 +430,26 @@ def decide(state: GuardState, config: GuardConfig, finding: Finding | None, now:
         return "wait_nodes"
     if finding.kind == "absent":
         return "give_up"
-    if len(failed_in_window(state, config, now)) >= config.max_failed_restores:
+    note_break(state, config, now)
+    streak = failed_in_window(state, config, now)
+    if len(streak) >= config.max_failed_restores:
         return "give_up"
-    recent = _in_window(state, config, now)
-    if recent:
-        wait = backoff(state, config, now) - (now - float(recent[-1].get("finished_at") or now))
+    if streak:
+        wait = backoff(state, config, now) - (now - float(streak[-1].get("finished_at") or now))
         if wait > 0:
             state.next_attempt_at = now + wait
             return "backoff"
     return "restore"
+
+
+def backoff_notice(previous: tuple | None, finding: Finding, next_attempt_at: float) -> tuple[tuple, str | None]:
+    """While the guard backs off: the key of what it waits on (the broken rank, the kind, the next restore) and the
+    journal line to write when that changed since ``previous`` (None otherwise: one line per change, not per look;
+    the reason's own text may move every look, e.g. how long the API has failed)."""
+    key = (finding.kind, finding.rank, round(next_attempt_at))
+    if key == previous:
+        return key, None
+    return key, f"broken ({finding.reason}), backing off until {iso(next_attempt_at)}"
 
 
 def record_restore(state: GuardState, config: GuardConfig, record: dict[str, Any]) -> None:
@@ -374,21 +461,32 @@ def record_restore(state: GuardState, config: GuardConfig, record: dict[str, Any
     state.last_restore = record
     if record.get("ok") and record.get("baseline"):
         state.baseline = dict(record["baseline"])
+    if record.get("ok") and record.get("memory_before_start"):
+        state.memory_reference = dict(state.memory_reference, **record["memory_before_start"])
 
 
 def give_up_record(state: GuardState, config: GuardConfig, finding: Finding, now: float) -> dict[str, Any]:
     """Why the guard stops trying: the finding, or the failed restores in the window with the last one's cause."""
     failed = failed_in_window(state, config, now)
-    if finding.kind == "absent" or not failed:
+    if finding.kind in ("absent", "memory") or not failed:
         why = finding.reason
     else:
         last = failed[-1]
-        why = (f"{len(failed)} restores failed within {config.window_seconds:.0f} s; the last one failed at "
-               f"{last.get('failed_rank') or '?'} in phase {last.get('failed_phase') or '?'}: {last.get('error')}")
-    last_lines = failed[-1].get("last_lines", []) if failed else []
-    return {"at": now, "finding": asdict(finding), "reason": why, "last_lines": last_lines,
-            "fix": "find the cause in the reason and the last lines, then run the launch (playbooks/launch.yml), "
-                   "which re-arms the guard"}
+        if not last.get("ok"):
+            cause = (f"the last one failed at {last.get('failed_rank') or '?'} in phase "
+                     f"{last.get('failed_phase') or '?'}: {last.get('error')}")
+        else:
+            cause = (f"the last one's group broke again after {float(last.get('served_seconds') or 0):.0f} s "
+                     f"(stable after {config.stable_seconds:.0f} s): {finding.reason}")
+        why = f"{len(failed)} restores failed within {config.window_seconds:.0f} s; {cause}"
+    last_lines = failed[-1].get("last_lines", []) if failed and finding.kind != "memory" else []
+    if finding.kind == "memory":
+        fix = ("free the node's memory (a process holding it; a node that leaked it needs a reboot), then run the "
+               "launch (playbooks/launch.yml), which re-arms the guard")
+    else:
+        fix = ("find the cause in the reason and the last lines, then run the launch (playbooks/launch.yml), which "
+               "re-arms the guard")
+    return {"at": now, "finding": asdict(finding), "reason": why, "last_lines": last_lines, "fix": fix}
 
 
 def arm(state: GuardState, baseline: dict[str, str], now: float, holder: str) -> None:
@@ -434,6 +532,91 @@ def arm_reason(state_text: str | None, maintenance_held: bool, serving: dict[str
     return None
 
 
+# ------------------------------------------------------------------------------------------------ memory
+
+def mem_available_kib(meminfo_text: str | None) -> int | None:
+    """MemAvailable in KiB from /proc/meminfo's text (on a GB10 the memory is unified: the GPU's too); None when
+    the text has none."""
+    for line in (meminfo_text or "").splitlines():
+        name, _sep, rest = line.partition(":")
+        if name.strip() == "MemAvailable":
+            fields = rest.split()
+            if fields and fields[0].isdigit():
+                return int(fields[0])
+    return None
+
+
+def gib(kib: float) -> str:
+    """KiB as GiB for a person: whole GiB from 10 up, one decimal below."""
+    value = kib / 1024 / 1024
+    return f"{value:.0f} GiB" if value >= 10 else f"{value:.1f} GiB"
+
+
+def memory_shortfall(node: str, available_kib: int | None, reference_kib: int | None, margin_percent: float) -> str | None:
+    """Why ``node``'s memory has not come back for a start, or None: its MemAvailable now must be at least the level
+    recorded at the last good start less ``margin_percent``. Nothing to compare (no good start yet, or meminfo
+    unreadable): None."""
+    if available_kib is None or not reference_kib:
+        return None
+    needed = reference_kib * (1 - margin_percent / 100.0)
+    if available_kib >= needed:
+        return None
+    return (f"memory not released on {node}: {gib(available_kib)} available, {gib(reference_kib)} at the last good "
+            f"start (at least {gib(needed)} needed, guard_memory_margin_percent {margin_percent:g})")
+
+
+# ------------------------------------------------------------------------------------------------ metrics
+
+def _label(value: str) -> str:
+    return value.replace("\\", "\\\\").replace("\n", "\\n").replace('"', '\\"')
+
+
+def metrics_text(state: GuardState | None, lock: dict[str, Any] | None, now: float) -> str:
+    """The guard's state in Prometheus' text exposition format (version 0.0.4): what its HTTP endpoint serves.
+
+    ``state`` is the state file's (None: never armed), ``lock`` the maintenance lock when it holds. Every series
+    is there from the start (0 when nothing happened yet), so that alert rules see a value, not an absence."""
+    status = "armed" if state is None else state.status
+    if lock is not None and status != "disarmed":
+        status = "maintenance"
+    last = (state.last_restore if state else None) or {}
+    reference = state.memory_reference if state else {}
+    memory_before = last.get("memory_before_start") or (last.get("memory") and {
+        last["memory"]["node"]: last["memory"].get("available_kib")}) or {}
+    families: list[tuple[str, str, str, list[tuple[str, float]]]] = [
+        ("dgxspark_guard_status", "gauge", "1 for the guard's current status (armed, maintenance, waiting_nodes, "
+         "restoring, backoff, gave_up, disarmed), 0 for the others",
+         [(f'{{status="{name}"}}', 1.0 if name == status else 0.0) for name in STATUSES]),
+        ("dgxspark_guard_armed_once", "gauge", "1 once the guard has a state file (a launch armed it)",
+         [("", 0.0 if state is None else 1.0)]),
+        ("dgxspark_guard_gave_up", "gauge", "1 while the guard has given up (it restores nothing until the next launch)",
+         [("", 1.0 if status == "gave_up" else 0.0)]),
+        ("dgxspark_guard_status_since_timestamp_seconds", "gauge", "when the guard entered its current status",
+         [("", float(state.since if state else 0.0))]),
+        ("dgxspark_guard_restores_total", "counter", "restores the guard ran (since its state file was made)",
+         [("", float(state.restores_total if state else 0))]),
+        ("dgxspark_guard_restores_failed_total", "counter", "restores that did not bring the group back",
+         [("", float(state.restores_failed_total if state else 0))]),
+        ("dgxspark_guard_last_restore_success", "gauge", "1 when the last restore brought the group back, 0 when it "
+         "failed (absent before the first restore)", [("", 1.0 if last.get("ok") else 0.0)] if last else []),
+        ("dgxspark_guard_last_restore_duration_seconds", "gauge", "how long the last restore took",
+         [("", float(last.get("duration_seconds") or 0.0))] if last else []),
+        ("dgxspark_guard_last_restore_timestamp_seconds", "gauge", "when the last restore began",
+         [("", float(last.get("started_at") or 0.0))] if last else []),
+        ("dgxspark_guard_memory_reference_bytes", "gauge", "each node's MemAvailable before the last good start",
+         [(f'{{node="{_label(node)}"}}', float(kib) * 1024) for node, kib in sorted(reference.items())]),
+        ("dgxspark_guard_memory_available_bytes", "gauge", "each node's MemAvailable before the last restore's start",
+         [(f'{{node="{_label(node)}"}}', float(kib) * 1024) for node, kib in sorted(memory_before.items())
+          if kib is not None]),
+        ("dgxspark_guard_scrape_timestamp_seconds", "gauge", "when this page was made", [("", now)]),
+    ]
+    lines = []
+    for name, kind, helptext, samples in families:
+        lines += [f"# HELP {name} {helptext}", f"# TYPE {name} {kind}"]
+        lines += [f"{name}{labels} {value:.17g}" for labels, value in samples]
+    return "\n".join(lines) + "\n"
+
+
 # ------------------------------------------------------------------------------------------------ maintenance
 
 def maintenance_document(holder: str, now: float, ttl_seconds: float) -> dict[str, Any]:
@@ -462,7 +645,8 @@ def maintenance_active(text: str | None, now: float) -> dict[str, Any] | None:
 
 TUNABLES = ("interval_seconds", "probe_interval_seconds", "probe_timeout_seconds", "grace_seconds", "stop_seconds",
             "poll_seconds", "peer_grace_seconds", "node_wait_seconds", "backoff_seconds", "backoff_max_seconds",
-            "max_failed_restores", "window_seconds", "log_lines", "budgets", "stall_seconds", "progress_seconds")
+            "max_failed_restores", "window_seconds", "log_lines", "budgets", "stall_seconds", "progress_seconds",
+            "stable_seconds", "memory_margin_percent", "memory_wait_seconds", "metrics_address", "metrics_port")
 
 
 # The options of dgxspark.vllm.guard_config (its action and its documentation stub share them).

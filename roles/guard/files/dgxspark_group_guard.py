@@ -21,6 +21,7 @@ Sub-commands: ``run`` (the service), ``arm``, ``disarm``, ``maintenance``, ``rel
 from __future__ import annotations
 
 import argparse
+import http.server
 import json
 import os
 import shlex
@@ -164,6 +165,32 @@ class Docker:
             return "the serve container on %s still runs after docker stop and docker kill" % self.rank.name
         return None
 
+    meminfo_path = "/proc/meminfo"                  # the head's own (a worker's through its forced command)
+    drop_caches_path = "/proc/sys/vm/drop_caches"
+
+    def meminfo(self) -> tuple:
+        """(the node's /proc/meminfo text or None, why not)."""
+        if not self.rank.ssh_host:
+            try:
+                return read_text(self.meminfo_path), ""
+            except OSError as exc:
+                return None, str(exc)
+        rc, out, err = self._runner(self.argv(["meminfo"]), self.timeout)
+        return (out, "") if rc == 0 else (None, (err.strip() or "exit code %d" % rc)[-300:])
+
+    def drop_caches(self) -> str | None:
+        """Drop the node's page cache (sync, then 3 into vm.drop_caches); None when done, else why not."""
+        if not self.rank.ssh_host:
+            try:
+                os.sync()
+                with open(self.drop_caches_path, "w", encoding="ascii") as handle:
+                    handle.write("3\n")
+            except OSError as exc:
+                return str(exc)
+            return None
+        rc, _out, err = self._runner(self.argv(["drop-caches"]), self.timeout)
+        return None if rc == 0 else (err.strip() or "exit code %d" % rc)[-300:]
+
     def start(self, name: str) -> str | None:
         rc, _out, err = self.run("start", name, timeout=120)
         return None if rc == 0 else (err.strip() or "docker start exit code %d" % rc)[-500:]
@@ -271,6 +298,50 @@ class ApiProbe(threading.Thread):
             self._stop.wait(self.config.probe_interval_seconds)
 
 
+# ------------------------------------------------------------------------------------------------ metrics
+
+class MetricsHandler(http.server.BaseHTTPRequestHandler):
+    """GET /metrics: the guard's state as the state file and the maintenance lock hold it (_guard.metrics_text)."""
+
+    config: G.GuardConfig
+    server_version = "dgxspark-group-guard"
+
+    def do_GET(self) -> None:  # noqa: N802 (http.server's name)
+        if self.path.split("?", 1)[0] != "/metrics":
+            self.send_error(404, "only /metrics here")
+            return
+        now = time.time()
+        text = read_text(self.config.state_path)
+        state = G.state_from_json(text) if text else None
+        body = G.metrics_text(state, G.maintenance_active(read_text(self.config.maintenance_path), now), now).encode()
+        self.send_response(200)
+        self.send_header("Content-Type", "text/plain; version=0.0.4; charset=utf-8")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, format: str, *args) -> None:  # pylint: disable=redefined-builtin
+        pass    # a scrape every few seconds is no news for the journal
+
+
+def start_metrics(config: G.GuardConfig):
+    """The Prometheus endpoint on metrics_address:metrics_port in a thread of its own; None when off or when the
+    address cannot be bound (logged: the guard keeps guarding without it)."""
+    if not config.metrics_port:
+        return None
+    handler = type("Handler", (MetricsHandler,), {"config": config})
+    try:
+        family = socket.AF_INET6 if ":" in config.metrics_address else socket.AF_INET
+        server_class = type("Server", (http.server.ThreadingHTTPServer,), {"address_family": family, "daemon_threads": True})
+        server = server_class((config.metrics_address, config.metrics_port), handler)
+    except OSError as exc:
+        log(LOG_ERR, "metrics endpoint on %s:%d not started: %s" % (config.metrics_address, config.metrics_port, exc))
+        return None
+    threading.Thread(target=server.serve_forever, name="metrics", daemon=True).start()
+    log(LOG_INFO, "metrics on http://%s:%d/metrics" % (config.metrics_address, config.metrics_port))
+    return server
+
+
 # ------------------------------------------------------------------------------------------------ files
 
 def read_text(path: str) -> str | None:
@@ -336,6 +407,7 @@ class Guard:
         self.probe: ApiProbe | None = None
         self.stopping = threading.Event()
         self.unreachable_since: float | None = None
+        self.backoff_key: tuple | None = None    # what the guard backs off on (one journal line per change)
 
     # -- observing
     def observe(self) -> list:
@@ -410,11 +482,16 @@ class Guard:
             self.give_up(finding, now)
             return "gave_up"
         if action == "backoff":
-            if G.set_status(state, "backoff", "%s; next restore at %s" % (finding.reason, G.iso(state.next_attempt_at)), now):
-                log(LOG_WARNING, "broken (%s), backing off until %s" % (finding.reason, G.iso(state.next_attempt_at)))
+            self.backoff_key, line = G.backoff_notice(self.backoff_key, finding, state.next_attempt_at)
+            if line:
+                G.set_status(state, "backoff", "%s; next restore at %s" % (finding.reason, G.iso(state.next_attempt_at)), now)
+                log(LOG_WARNING, line)
                 self.files.save()
             return "backoff"
+        self.backoff_key = None
         record = self.restore(finding)
+        if record.get("memory"):
+            return "gave_up"
         return "restored" if record["ok"] else "handed_over" if record.get("aborted") else "restore_failed"
 
     def give_up(self, finding: G.Finding, now: float) -> None:
@@ -439,6 +516,19 @@ class Guard:
                 errors.append("%s: %s" % (rank.name, error))
         return "; ".join(errors) or None
 
+    def _started_still_up(self, started: dict, pending: set, phase: str, record: dict) -> bool:
+        """Every rank this restore started and no longer waits on still runs its start, unfrozen; else the record
+        says which rank and why (_guard.started_rank_problem) and the restore ends now, not at a peer's grace."""
+        for rank in self.config.ranks:
+            if rank.name not in started or rank.name in pending:
+                continue
+            obs = self.nodes[rank.name].inspect(self.config.container)
+            problem = obs.error if not obs.reachable else G.started_rank_problem(obs, started[rank.name])
+            if problem:
+                record.update(failed_rank=rank.name, failed_phase=phase, error=problem)
+                return False
+        return True
+
     def _wait(self, ranks: list, target: str, peers: list, started: dict, record: dict) -> bool:
         """Wait until every rank in `ranks` reached `target`; on failure fill record and return False."""
         t0 = self.clock()
@@ -455,6 +545,8 @@ class Guard:
             if lock is not None:
                 record.update(failed_rank=None, failed_phase=target, aborted=True,
                               error="maintenance began (%s): that run owns the cluster now" % lock["holder"])
+                return False
+            if not self._started_still_up(started, pending, target, record):
                 return False
             for rank in ranks:
                 if rank.name not in pending:
@@ -474,6 +566,10 @@ class Guard:
                     record.update(failed_rank=rank.name, failed_phase=verdict.phase or "container_started",
                                   error=verdict.reason)
                     return False
+                problem = G.started_rank_problem(obs, started.get(rank.name))
+                if problem:
+                    record.update(failed_rank=rank.name, failed_phase=verdict.phase or target, error=problem)
+                    return False
                 if verdict.status == "waiting" and self.clock() - shown[rank.name] >= self.config.progress_seconds:
                     shown[rank.name] = self.clock()
                     waited = self.clock() - record["started_at"]
@@ -485,12 +581,14 @@ class Guard:
                 self.sleep(self.config.poll_seconds)
         return True
 
-    def _serves(self, record: dict) -> bool:
-        """The head answers a completion (bounded by the api_up budget)."""
+    def _serves(self, started: dict, record: dict) -> bool:
+        """The head answers a completion (bounded by the api_up budget), while every started rank still runs."""
         if self.probe is None:
             return True
         deadline = self.clock() + self.config.budgets.get("api_up", 900.0)
         while True:
+            if not self._started_still_up(started, set(), "api_up", record):
+                return False
             ok, detail = self.probe.serves()
             if ok:
                 return True
@@ -543,14 +641,55 @@ class Guard:
         G.set_status(state, "armed" if ok else "backoff", "restored" if ok else "restore failed: %s" % record.get("error"),
                      self.clock())
         self.files.save()
+        if record.get("memory"):      # no restart loop into a node reset: give up, naming the node and the figures
+            self.give_up(G.Finding("memory", record["failed_rank"], record["error"]), self.clock())
         if self.probe:
             self.probe.resume(answered=ok)
         return record
+
+    def _memory_back(self, record: dict) -> bool:
+        """Before any rank starts: each node's MemAvailable back within guard_memory_margin_percent of the level at
+        the last good start (_guard.memory_shortfall); if not, its page cache dropped and memory waited for, at most
+        memory_wait_seconds. Records the levels (memory_before_start); False, with record["memory"], when a node's
+        memory did not come back."""
+        reference = self.files.state.memory_reference
+        levels = {}
+        for rank in list(self.config.workers) + [self.config.head]:    # the order the restore starts them
+            node = self.nodes[rank.name]
+            text, why = node.meminfo()
+            available = G.mem_available_kib(text)
+            if available is None:
+                log(LOG_WARNING, "restore: the memory of %s cannot be read (%s): not checked" % (rank.name, why or "no MemAvailable"))
+                continue
+            problem = G.memory_shortfall(rank.name, available, reference.get(rank.name), self.config.memory_margin_percent)
+            if problem:
+                log(LOG_WARNING, "restore: %s; dropping its page cache and waiting up to %.0f s" % (
+                    problem, self.config.memory_wait_seconds))
+                error = node.drop_caches()
+                if error:
+                    log(LOG_WARNING, "restore: dropping the page cache on %s failed: %s" % (rank.name, error))
+                deadline = self.clock() + self.config.memory_wait_seconds
+                while problem and self.clock() < deadline and not self.stopping.is_set():
+                    self.sleep(self.config.poll_seconds)
+                    available = G.mem_available_kib(node.meminfo()[0]) or available
+                    problem = G.memory_shortfall(rank.name, available, reference.get(rank.name),
+                                                 self.config.memory_margin_percent)
+                if problem:
+                    record.update(failed_rank=rank.name, failed_phase="memory", error=problem,
+                                  memory={"node": rank.name, "available_kib": available,
+                                          "reference_kib": reference.get(rank.name)})
+                    return False
+                log(LOG_INFO, "restore: the memory of %s came back: %s available" % (rank.name, G.gib(available)))
+            levels[rank.name] = available
+        record["memory_before_start"] = levels
+        return True
 
     def _restore_steps(self, record: dict) -> bool:
         error = self.stop_group()
         if error:
             record.update(failed_rank=None, failed_phase="stop", error=error)
+            return False
+        if not self._memory_back(record):
             return False
         started: dict = {}
         for rank in self.config.workers:
@@ -572,13 +711,14 @@ class Guard:
         peers = [rank.cx7_ip for rank in self.config.workers]
         if not self._wait([head], "api_up", peers, started, record):
             return False
-        return self._serves(record)
+        return self._serves(started, record)
 
     # -- the service
     def serve(self) -> int:
         self.probe = ApiProbe(self.config, self.nodes[self.config.head.name])
         self.probe.pause()   # the first tick lets it ask, when the guard watches the group
         self.probe.start()
+        metrics = start_metrics(self.config)
         sd_notify("READY=1")
         log(LOG_INFO, "dgxspark-group-guard watching %s on %s" % (
             self.config.container, ", ".join("%s (%s)" % (r.name, r.role) for r in self.config.ranks)))
@@ -589,6 +729,8 @@ class Guard:
                 log(LOG_ERR, "guard loop error: %s: %s" % (type(exc).__name__, exc))
             self.stopping.wait(self.config.interval_seconds)
         self.probe.stop()
+        if metrics is not None:
+            metrics.shutdown()
         return EXIT_OK
 
     # -- commands from Ansible

@@ -16,10 +16,13 @@ container NAME, and nothing else:
     stop --time SECONDS NAME                       stop it (SECONDS: 0 to 3600)
     kill NAME                                      kill it (SIGKILL, Docker's default)
     unpause NAME                                   unpause a frozen container before it is stopped
+    meminfo                                        the node's /proc/meminfo (memory back before a start)
+    drop-caches                                    sync, then 3 into /proc/sys/vm/drop_caches (the page cache)
 
 The request is split like a shell would split it (shlex), but no shell ever runs: each word must be the literal
 word of one of these forms, or a value of its kind, and the real ``docker`` then replaces this process with exactly
-that argument list (exec, PATH fixed). Anything else - another operation (``run``, ``exec``, ``system
+that argument list (exec, PATH fixed); the two node operations run in this program (no docker, no shell).
+Anything else - another operation (``run``, ``exec``, ``system
 dial-stdio``), a shell, another container, an extra flag, a character no form uses, an empty request - is refused
 with one line on stderr naming why and exit status 126; refusals and the operations that change the container go
 to the auth log (the reads, every few seconds, do not).
@@ -52,7 +55,11 @@ OPERATIONS = {
     "kill": ((NAME,),),
     "unpause": ((NAME,),),
 }
-MUTATING = frozenset(("start", "stop", "kill", "unpause"))
+# the node's own memory, read or its page cache dropped by this program itself: one word, no argument
+NODE_OPERATIONS = ("meminfo", "drop-caches")
+MUTATING = frozenset(("start", "stop", "kill", "unpause", "drop-caches"))
+MEMINFO_PATH = "/proc/meminfo"
+DROP_CACHES_PATH = "/proc/sys/vm/drop_caches"
 MAX_STOP_SECONDS = 3600
 MAX_REQUEST = 512
 # every character the forms above use (the quote: shlex's quoting of '{{json .State}}'); nothing else gets through
@@ -103,10 +110,14 @@ def parse_request(request: str | None, container: str) -> list:
     if not words:
         raise Refused("no operation asked: this key runs only the group guard's Docker operations on %s" % container)
     verb, args = words[0], tuple(words[1:])
+    if verb in NODE_OPERATIONS:
+        if args:
+            raise Refused("%r is not a form the guard uses: %s takes no argument" % (shlex.join(words), verb))
+        return [verb]
     shapes = OPERATIONS.get(verb)
     if shapes is None:
-        raise Refused("%r is not one of the group guard's operations (%s), each on %s only"
-                      % (verb, ", ".join(OPERATIONS), container))
+        raise Refused("%r is not one of the group guard's operations (%s), each on %s only; or %s"
+                      % (verb, ", ".join(OPERATIONS), container, ", ".join(NODE_OPERATIONS)))
     for shape in shapes:
         if len(shape) == len(args) and all(_fits(want, word) for want, word in zip(shape, args)):
             name = args[shape.index(NAME)]
@@ -128,14 +139,33 @@ def _audit(priority_name: str, message: str) -> None:
     syslog.syslog(getattr(syslog, priority_name), message)
 
 
+def node_operation(verb: str, stdout, stderr, meminfo_path: str = MEMINFO_PATH,
+                   drop_caches_path: str = DROP_CACHES_PATH) -> int:
+    """meminfo: the node's /proc/meminfo on stdout. drop-caches: sync, then the page cache, dentries and inodes
+    dropped (what the collection's flush service does). 0, or 1 with the reason on stderr."""
+    try:
+        if verb == "meminfo":
+            with open(meminfo_path, encoding="ascii") as handle:
+                stdout.write(handle.read())
+        else:
+            os.sync()
+            with open(drop_caches_path, "w", encoding="ascii") as handle:
+                handle.write("3\n")
+    except OSError as exc:
+        stderr.write("%s: %s failed: %s\n" % (PROG, verb, exc))
+        return 1
+    return 0
+
+
 def _exec(argv: list, env: dict) -> int:
     os.execve(argv[0], argv, env)
     return EXIT_NO_DOCKER   # not reached: execve replaces this process or raises
 
 
 def main(argv: list | None = None, environ: dict | None = None, execute=_exec, which=shutil.which,
-         stderr=None, audit=_audit) -> int:
+         stderr=None, audit=_audit, stdout=None, node=node_operation) -> int:
     stderr = stderr or sys.stderr
+    stdout = stdout or sys.stdout
     environ = os.environ if environ is None else environ
     parser = argparse.ArgumentParser(prog=PROG, description="The group guard's forced command on a worker: the "
                                      "guard's Docker operations on one container, read from SSH_ORIGINAL_COMMAND.")
@@ -153,6 +183,10 @@ def main(argv: list | None = None, environ: dict | None = None, execute=_exec, w
         stderr.flush()
         audit("LOG_WARNING", "refused %r for %s: %s" % (request, who, exc))
         return EXIT_REFUSED
+    if docker_args[0] in NODE_OPERATIONS:
+        if docker_args[0] in MUTATING:
+            audit("LOG_NOTICE", "%s for %s" % (docker_args[0], who))
+        return node(docker_args[0], stdout, stderr)
     docker = which("docker", path=SAFE_PATH)
     if not docker:
         stderr.write("%s: no docker CLI on this node (looked in %s)\n" % (PROG, SAFE_PATH))

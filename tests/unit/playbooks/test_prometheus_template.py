@@ -40,6 +40,7 @@ def environment() -> jinja2.Environment:
     env = jinja2.Environment(loader=jinja2.FileSystemLoader(str(TEMPLATES)), undefined=jinja2.StrictUndefined,
                              trim_blocks=True, keep_trailing_newline=True)
     env.filters.update({
+        "bool": lambda value: str(value).lower() in ("true", "1", "yes"),
         "to_json": to_json,
         "ansible.builtin.to_json": to_json,
         "ansible.builtin.to_nice_json": to_nice_json,
@@ -65,13 +66,14 @@ def render_value(env: jinja2.Environment, value: Any, context: dict[str, Any]) -
     return value
 
 
-def play_context(tmp_path: Path, api_key: str, extra: dict[str, Any] | None = None) -> dict[str, Any]:
+def play_context(tmp_path: Path, api_key: str, extra: dict[str, Any] | None = None, guard: bool = True,
+                 metrics_port: int = 9478) -> dict[str, Any]:
     """The play's vars resolved in order, over the config fact and extra vars (which win, as -e does)."""
     env = environment()
     extra = extra or {}
     context: dict[str, Any] = {
         "dgxspark_vllm_config": {"head": "spark-a", "port": 8000, "api_key_set": bool(api_key),
-                                 "secure_logging": True},
+                                 "secure_logging": True, "guard": guard, "guard_metrics_port": metrics_port},
         "dgxspark_vllm_api_key": api_key,
         "hostvars": {"spark-a": {"ansible_host": HEAD_ADDRESS}, "spark-b": {"ansible_host": "192.0.2.11"}},
         "prometheus_output_dir": str(tmp_path / "prom"),
@@ -104,12 +106,17 @@ def test_scrape_config_parses_and_keeps_the_key_out(tmp_path: Path, api_key: str
         assert api_key not in text
     config = yaml.safe_load(text)
     assert list(config) == ["scrape_configs"]
-    (job,) = config["scrape_configs"]
+    (job, guard) = config["scrape_configs"]
     assert set(job) <= SCRAPE_KEYS
     assert (job["job_name"], job["metrics_path"], job["scheme"]) == ("dgxspark-vllm", "/metrics", "http")
     assert DURATION_RE.match(job["scrape_interval"]) and DURATION_RE.match(job["scrape_timeout"])
     assert job["static_configs"] == [{"targets": [f"{HEAD_ADDRESS}:8000"],
-                                      "labels": {"cluster": "spark-a", "head": "spark-a"}}]
+                                      "labels": {"cluster": "spark-a", "head": "spark-a", "component": "engine"}}]
+    # the guard's endpoint on the head's management address, with no key (it serves no secret)
+    assert set(guard) <= SCRAPE_KEYS and "authorization" not in guard
+    assert (guard["job_name"], guard["metrics_path"]) == ("dgxspark-vllm-guard", "/metrics")
+    assert guard["static_configs"] == [{"targets": [f"{HEAD_ADDRESS}:9478"],
+                                        "labels": {"cluster": "spark-a", "head": "spark-a", "component": "guard"}}]
     if api_key:
         key_file = str(tmp_path / "prom" / "dgxspark-vllm-api-key")
         assert job["authorization"] == {"type": "Bearer", "credentials_file": key_file}
@@ -174,3 +181,16 @@ def test_every_task_runs_once_on_the_controller() -> None:
         assert entry.get("run_once") is True, entry["name"]
         if "ansible.builtin.debug" not in entry:
             assert (entry["delegate_to"], entry["become"]) == ("localhost", False), entry["name"]
+
+
+@pytest.mark.parametrize("guard, port", [(False, 9478), (True, 0)])
+def test_no_guard_job_without_the_guard_or_its_endpoint(tmp_path: Path, guard: bool, port: int) -> None:
+    context = play_context(tmp_path, "", guard=guard, metrics_port=port)
+    jobs = yaml.safe_load(render_scrape(context))["scrape_configs"]
+    assert [job["job_name"] for job in jobs] == ["dgxspark-vllm"]
+
+
+def test_the_alert_rules_are_written_next_to_the_scrape_config() -> None:
+    copy = task("Write the alert rules")["ansible.builtin.copy"]
+    assert copy == {"src": "dgxspark-vllm-alerts.yml", "dest": "{{ prometheus_dir }}/dgxspark-vllm-alerts.yml", "mode": "0644"}
+    assert (ROOT / "playbooks" / "files" / "dgxspark-vllm-alerts.yml").is_file()

@@ -130,7 +130,17 @@ class Node:
         self.start_rc = 0
         self.remote = remote
         self.refused = []   # the requests its forced command refused
+        self.available_kib = 100 * 1024 * 1024     # MemAvailable
+        self.after_drop_kib: int | None = None      # what a drop of the page cache brings it to (None: nothing)
         NODES_MADE.append(self)
+
+    def meminfo(self) -> str:
+        return "MemTotal:       134217728 kB\nMemFree:         1024 kB\nMemAvailable:   %d kB\n" % self.available_kib
+
+    def drop_caches(self) -> None:
+        self.journal.append((self.clock.now, self.name, ("drop-caches",)))
+        if self.after_drop_kib is not None:
+            self.available_kib = self.after_drop_kib
 
     def __call__(self, argv: list, timeout: float) -> tuple:
         assert timeout > 0
@@ -146,6 +156,11 @@ class Node:
         else:
             assert argv[0] == "docker", argv
             args = list(argv[1:])
+        if args == ["meminfo"]:
+            return 0, self.meminfo(), ""
+        if args == ["drop-caches"]:
+            self.drop_caches()
+            return 0, "", ""
         self.journal.append((self.clock.now, self.name, tuple(args)))
         if not self.reachable:
             return 1, "", "Cannot connect to the Docker daemon at unix:///var/run/docker.sock"
@@ -270,8 +285,12 @@ class Rig:
         self.guard.probe = self.probe
 
     def new_guard(self):
-        return prog.Guard(self.config, docker_factory=lambda rank, **kw: prog.Docker(rank, runner=self.nodes[rank.name], **kw),
-                          clock=self.clock, sleep=self.clock.sleep, proc_net_tcp=lambda: self.tcp)
+        guard = prog.Guard(self.config, docker_factory=lambda rank, **kw: prog.Docker(rank, runner=self.nodes[rank.name], **kw),
+                           clock=self.clock, sleep=self.clock.sleep, proc_net_tcp=lambda: self.tcp)
+        head, node = guard.nodes[HEAD], self.nodes[HEAD]
+        head.meminfo = lambda: (node.meminfo(), "")         # the head reads its own /proc/meminfo
+        head.drop_caches = node.drop_caches
+        return guard
 
     @property
     def state(self) -> G.GuardState:
@@ -520,6 +539,139 @@ def test_head_whose_peers_never_connect_fails(tmp_path, monkeypatch):
     assert "peer 10.77.1.13 never connected" in last["error"]
 
 
+def kill_when(rig, at: float, name: str, what: str = "crash"):
+    """Make `name`'s container die (or be paused) once the fake clock reaches `at`, while the guard sleeps."""
+    sleep = rig.guard.sleep
+    done = []
+
+    def sleep_then(seconds):
+        sleep(seconds)
+        if not done and rig.clock.now >= at:
+            done.append(rig.clock.now)
+            if what == "crash":
+                rig.nodes[name].crash(exit_code=137)
+            else:
+                rig.box(name).paused = True
+
+    rig.guard.sleep = sleep_then
+    return done
+
+
+@pytest.mark.parametrize("what, why", [("crash", "died during the restore (exit code 137)"),
+                                       ("pause", "is paused (docker pause) during the restore")])
+def test_a_worker_lost_after_its_rendezvous_ends_the_restore_at_once(tmp_path, monkeypatch, what, why):
+    """The head waits for every rank (peer grace 30 s): the worker's death is seen at the next poll, not then."""
+    monkeypatch.delenv("NOTIFY_SOCKET", raising=False)
+    rig = Rig(tmp_path, peer_grace_seconds=30)
+    assert rig.guard.tick() == "ok"
+    rig.nodes[W1].crash()
+    # the workers reach their rendezvous 2 s after their start, the head is started then and serves 10 s later
+    died = kill_when(rig, rig.clock.now + WORKER_RENDEZVOUS_AFTER + 4, W2, what)
+    mark = rig.mark()
+    assert rig.guard.tick() == "restore_failed"
+    last = rig.state.last_restore
+    assert (last["ok"], last["failed_rank"], last["failed_phase"]) == (False, W2, "api_up")
+    assert last["error"] == "the serve container on %s %s" % (W2, why)
+    assert rig.clock.now - died[0] <= rig.config.poll_seconds
+    assert rig.state.restores_failed_total == 1
+    assert not any(rig.running().values())                       # the group stopped: no rank left alone
+    assert not rig.box(W2).paused
+    assert rig.actions(mark)[-2:] == [(HEAD, "stop"), (W1, "stop")] if what == "crash" else \
+        rig.actions(mark)[-4:] == [(HEAD, "stop"), (W1, "stop"), (W2, "unpause"), (W2, "stop")]
+
+
+def test_backoff_writes_one_journal_line_per_change_not_per_look(rig, capsys):
+    """The head frozen soon after a restore: the API's reason moves every look, the journal gets one line."""
+    rig.nodes[W1].crash()
+    assert rig.guard.tick() == "restored"
+    rig.clock.advance(2)
+    capsys.readouterr()
+    rig.probe.failing_since, rig.probe.detail = rig.clock.now - 60, "GET /health: timed out"
+    for _look in range(4):
+        assert rig.guard.tick() == "backoff"
+        rig.clock.advance(1)
+    lines = [line for line in capsys.readouterr().out.splitlines() if "backing off" in line]
+    assert len(lines) == 1 and "the head's API has been failing for 60 s" in lines[0]
+    assert rig.state.status == "backoff" and rig.saved()["status"] == "backoff"
+    rig.clock.advance(5)
+    assert rig.guard.tick() == "restored"
+
+
+def test_a_restore_after_a_long_healthy_run_starts_without_backoff(tmp_path, monkeypatch):
+    """A backoff (100 s) longer than the run that makes a restore stable (60 s): a success sets no backoff."""
+    monkeypatch.delenv("NOTIFY_SOCKET", raising=False)
+    rig = Rig(tmp_path, stable_seconds=60, backoff_seconds=100)
+    assert rig.guard.tick() == "ok"
+    rig.nodes[W1].crash()
+    assert rig.guard.tick() == "restored"
+    rig.clock.advance(rig.config.stable_seconds)          # served that long: the restore held
+    rig.nodes[W1].crash()
+    assert rig.guard.tick() == "restored"
+    assert rig.state.restores_total == 2 and rig.state.restores_failed_total == 0
+    assert not rig.state.attempts[0].get("unstable")
+
+
+def test_a_group_that_breaks_again_soon_after_a_restore_counts_as_failed(rig):
+    rig.nodes[W1].crash()
+    assert rig.guard.tick() == "restored"
+    rig.clock.advance(3)                                   # not stable yet (600 s)
+    rig.nodes[W1].crash()
+    assert rig.guard.tick() == "backoff"                   # one failure: backoff_seconds after the restore
+    assert rig.state.attempts[-1]["unstable"] is True and rig.state.attempts[-1]["served_seconds"] == 3
+    assert rig.state.next_attempt_at == rig.state.attempts[-1]["finished_at"] + rig.config.backoff_seconds
+    rig.clock.advance(rig.config.backoff_seconds)
+    assert rig.guard.tick() == "restored"
+
+
+GIB = 1024 * 1024
+
+
+def test_a_good_restore_records_each_nodes_memory_before_its_start(rig):
+    rig.nodes[W1].available_kib = 118 * GIB
+    rig.nodes[W1].crash()
+    assert rig.guard.tick() == "restored"
+    assert rig.state.last_restore["memory_before_start"] == {W1: 118 * GIB, W2: 100 * GIB, HEAD: 100 * GIB}
+    assert rig.state.memory_reference == {W1: 118 * GIB, W2: 100 * GIB, HEAD: 100 * GIB}
+    assert rig.saved()["memory_reference"][W1] == 118 * GIB
+
+
+def test_memory_that_does_not_come_back_gives_up_naming_the_node(rig, capsys):
+    rig.nodes[W1].available_kib = 118 * GIB
+    rig.nodes[W1].crash()
+    assert rig.guard.tick() == "restored"
+    rig.clock.advance(rig.config.stable_seconds)
+    rig.nodes[W1].available_kib = 61 * GIB           # a leak: what the last start held was not given back
+    rig.nodes[W1].crash()
+    mark = rig.mark()
+    began = rig.clock.now
+    assert rig.guard.tick() == "gave_up"
+    # the group stopped, the page cache of that node dropped, nothing started
+    assert rig.actions(mark) == [(HEAD, "stop"), (W2, "stop")]
+    assert (W1, ("drop-caches",)) in [(node, args) for _t, node, args in rig.journal[mark:]]
+    assert not any(rig.running().values())
+    assert rig.config.memory_wait_seconds <= rig.clock.now - began <= rig.config.memory_wait_seconds + 2
+    why = ("memory not released on spark2: 61 GiB available, 118 GiB at the last good start (at least 106 GiB "
+           "needed, guard_memory_margin_percent 10)")
+    assert rig.state.status == "gave_up" and rig.state.gave_up["reason"] == why
+    assert rig.state.gave_up["finding"]["kind"] == "memory" and "free the node's memory" in rig.state.gave_up["fix"]
+    assert rig.state.last_restore["memory"] == {"node": W1, "available_kib": 61 * GIB, "reference_kib": 118 * GIB}
+    assert "GAVE UP: " + why in capsys.readouterr().out
+    mark = rig.mark()
+    rig.clock.advance(100)
+    assert rig.guard.tick() == "gave_up" and rig.journal[mark:] == []     # no loop
+
+
+def test_memory_back_after_the_page_cache_is_dropped_restores(rig):
+    rig.nodes[W1].crash()
+    assert rig.guard.tick() == "restored"
+    rig.clock.advance(rig.config.stable_seconds)
+    rig.nodes[HEAD].available_kib = 50 * GIB
+    rig.nodes[HEAD].after_drop_kib = 95 * GIB
+    rig.nodes[W1].crash()
+    assert rig.guard.tick() == "restored"
+    assert rig.state.memory_reference[HEAD] == 95 * GIB
+
+
 def test_api_failing_past_grace_restores(rig):
     rig.probe.failing_since, rig.probe.detail = rig.clock.now - 59, "GET /health: 503"
     assert rig.guard.tick() == "ok"
@@ -702,7 +854,7 @@ def test_arm_after_failed_restores_forgets_them_for_good(rig):
     rig.clock.advance(10)
     assert rig.guard.tick() == "restored"
     assert rig.state.status == "armed"
-    assert len(G.failed_in_window(rig.state, rig.config, rig.clock.now)) == 1
+    assert [a.get("window_reset") for a in rig.state.attempts] == [None, None]
     other = rig.new_guard()                   # the arm sub-command: another process, same files, same containers
     assert other.arm("launch.yml") == {"changed": True, "status": "armed", "baseline": rig.state.baseline}
     assert other.arm("launch.yml")["changed"] is False
@@ -1074,3 +1226,101 @@ def test_a_launch_that_restarted_nothing_arms_without_a_change(rig):
     mark = rig.mark()
     assert rig.guard.tick() == "ok"       # the running guard leaves its maintenance by itself
     assert rig.state.status == "armed" and rig.actions(mark) == []
+
+
+def test_the_head_reads_its_own_meminfo_and_drops_its_own_page_cache(tmp_path):
+    head = prog.Docker(G.Rank(HEAD, "head", "", CX7[HEAD]), runner=lambda argv, timeout: pytest.fail(argv))
+    head.meminfo_path = str(tmp_path / "meminfo")
+    head.drop_caches_path = str(tmp_path / "drop_caches")
+    assert head.meminfo()[0] is None
+    Path(head.meminfo_path).write_text("MemAvailable: 42 kB\n", encoding="ascii")
+    assert head.meminfo() == ("MemAvailable: 42 kB\n", "")
+    assert head.drop_caches() is None and Path(head.drop_caches_path).read_text(encoding="ascii") == "3\n"
+    head.drop_caches_path = str(tmp_path / "no" / "drop_caches")
+    assert "No such file" in head.drop_caches()
+
+
+def test_the_metrics_endpoint_serves_the_state_file(rig):
+    import urllib.request
+    rig.nodes[W1].crash()
+    assert rig.guard.tick() == "restored"
+    with socket.socket() as probe_socket:
+        probe_socket.bind(("127.0.0.1", 0))
+        port = probe_socket.getsockname()[1]
+    config = G.parse_config(dict(rig.doc, metrics_address="127.0.0.1", metrics_port=port))
+    server = prog.start_metrics(config)
+    try:
+        with urllib.request.urlopen("http://127.0.0.1:%d/metrics" % port, timeout=5) as response:
+            assert response.headers["Content-Type"] == "text/plain; version=0.0.4; charset=utf-8"
+            text = response.read().decode()
+        assert "dgxspark_guard_restores_total 1\n" in text and 'dgxspark_guard_status{status="armed"} 1\n' in text
+        with pytest.raises(urllib.error.HTTPError) as info:
+            urllib.request.urlopen("http://127.0.0.1:%d/" % port, timeout=5)
+        assert info.value.code == 404
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def test_a_metrics_endpoint_that_cannot_listen_is_logged_not_fatal(rig, capsys):
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        config = G.parse_config(dict(rig.doc, metrics_address="127.0.0.1", metrics_port=port))
+        assert prog.start_metrics(config) is None
+    assert "metrics endpoint on 127.0.0.1:%d not started" % port in capsys.readouterr().out
+    assert prog.start_metrics(G.parse_config(rig.doc)) is None      # off
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def test_a_real_prometheus_scrapes_the_guard_and_fires_the_give_up_alert(tmp_path):
+    """Debian's Prometheus (bin/test installs it) with the shipped rules, scraping the guard's endpoint every second:
+    the guard that gave up is DgxSparkGuardGaveUp firing, with the scrape config's labels."""
+    import shutil
+    import subprocess
+    import urllib.request
+    import yaml
+    prometheus = shutil.which("prometheus")
+    assert prometheus, "prometheus is missing: install Debian's prometheus package (bin/test does: ensure_promtool)"
+    state = G.GuardState(status="gave_up", since=T0, restores_total=3, restores_failed_total=2,
+                         gave_up={"at": T0, "reason": "memory not released on spark2: 5.0 GiB available"})
+    (tmp_path / "state.json").write_text(state.to_json(), encoding="utf-8")
+    port, web = free_port(), free_port()
+    doc = {"container": CONTAINER, "api_url": "http://127.0.0.1:8000", "served_model_name": "glm",
+           "state_path": str(tmp_path / "state.json"), "maintenance_path": str(tmp_path / "lock.json"),
+           "ranks": [{"name": HEAD, "role": "head", "ssh_host": "", "cx7_ip": CX7[HEAD]},
+                     {"name": W1, "role": "worker", "ssh_host": G.ssh_alias(W1), "cx7_ip": CX7[W1]}],
+           "metrics_address": "127.0.0.1", "metrics_port": port}
+    server = prog.start_metrics(G.parse_config(doc))
+    config = {"global": {"scrape_interval": "1s", "evaluation_interval": "1s"},
+              "rule_files": [str(Path(__file__).resolve().parents[3] / "playbooks" / "files" / "dgxspark-vllm-alerts.yml")],
+              "scrape_configs": [{"job_name": "dgxspark-vllm-guard", "static_configs": [
+                  {"targets": ["127.0.0.1:%d" % port], "labels": {"cluster": HEAD, "head": HEAD, "component": "guard"}}]}]}
+    (tmp_path / "prometheus.yml").write_text(yaml.safe_dump(config), encoding="utf-8")
+    proc = subprocess.Popen([prometheus, "--config.file=%s" % (tmp_path / "prometheus.yml"),
+                             "--storage.tsdb.path=%s" % (tmp_path / "data"), "--web.listen-address=127.0.0.1:%d" % web],
+                            stdout=subprocess.DEVNULL, stderr=open(tmp_path / "prometheus.log", "w", encoding="utf-8"))
+    try:
+        firing, deadline = [], time.monotonic() + 60
+        while not firing and time.monotonic() < deadline and proc.poll() is None:
+            time.sleep(0.5)
+            try:
+                with urllib.request.urlopen("http://127.0.0.1:%d/api/v1/alerts" % web, timeout=2) as response:
+                    alerts = json.load(response)["data"]["alerts"]
+            except OSError:
+                continue
+            firing = [a for a in alerts if a["labels"]["alertname"] == "DgxSparkGuardGaveUp" and a["state"] == "firing"]
+        assert firing, (tmp_path / "prometheus.log").read_text(encoding="utf-8")[-2000:]
+        assert firing[0]["labels"]["component"] == "guard" and firing[0]["labels"]["cluster"] == HEAD
+        assert firing[0]["annotations"]["summary"].startswith("The group guard of %s gave up" % HEAD)
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
+        server.shutdown()
+        server.server_close()

@@ -234,3 +234,47 @@ def test_no_docker_and_a_bad_container_argument():
     run = Run("start vllm_glm53", container="../etc")
     assert (run.rc, run.execs) == (worker.EXIT_CONFIG, [])
     assert run.error == "dgxspark-guard-worker: --container '../etc' is not a container name\n"
+
+
+# ------------------------------------------------------------------------------------------------ node operations
+
+def test_meminfo_prints_the_nodes_meminfo_and_runs_no_docker(tmp_path):
+    meminfo = tmp_path / "meminfo"
+    meminfo.write_text("MemTotal:       131072000 kB\nMemAvailable:   120000000 kB\n", encoding="ascii")
+    out, err = io.StringIO(), io.StringIO()
+    rc = worker.node_operation("meminfo", out, err, meminfo_path=str(meminfo))
+    assert (rc, out.getvalue(), err.getvalue()) == (0, meminfo.read_text(encoding="ascii"), "")
+
+
+def test_drop_caches_writes_3_and_names_a_failure(tmp_path):
+    drop = tmp_path / "drop_caches"
+    drop.write_text("", encoding="ascii")
+    out, err = io.StringIO(), io.StringIO()
+    assert worker.node_operation("drop-caches", out, err, drop_caches_path=str(drop)) == 0
+    assert drop.read_text(encoding="ascii") == "3\n"
+    assert worker.node_operation("drop-caches", out, err, drop_caches_path=str(tmp_path / "no" / "such")) == 1
+    assert err.getvalue().startswith("dgxspark-guard-worker: drop-caches failed: [Errno 2]")
+
+
+@pytest.mark.parametrize("request_text, audited", [("meminfo", []), ("drop-caches", [("LOG_NOTICE", "drop-caches for dgxspark-guard")])])
+def test_node_operations_run_in_the_program_not_docker(request_text, audited):
+    ran = []
+    audits, execs = [], []
+    rc = worker.main(["--container", CONTAINER], environ={"SSH_ORIGINAL_COMMAND": request_text, "SUDO_USER": "dgxspark-guard"},
+                     execute=lambda argv, env: execs.append(argv) or 0, which=lambda name, path: DOCKER,
+                     stderr=io.StringIO(), audit=lambda priority, message: audits.append((priority, message)),
+                     node=lambda verb, out, err: ran.append(verb) or 0)
+    assert (rc, ran, execs, audits) == (0, [request_text], [], audited)
+
+
+@pytest.mark.parametrize("request_text", ["meminfo vllm_glm53", "drop-caches 1", "meminfo --all"])
+def test_node_operations_take_no_argument(request_text):
+    run = Run(request_text)
+    assert run.rc == 126 and run.execs == []
+    assert "takes no argument" in run.error
+
+
+def test_the_node_operations_are_in_the_readme():
+    readme = (ROOT / "roles" / "guard" / "README.md").read_text(encoding="utf-8")
+    for verb in worker.NODE_OPERATIONS:
+        assert "| `%s` |" % verb in readme, verb

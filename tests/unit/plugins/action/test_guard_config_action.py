@@ -204,3 +204,11 @@ def test_the_install_is_current_only_while_the_nodes_hold_the_access(tmp_path: P
 def test_the_nodes_access_is_compared_with_the_worker_program_of_the_payload(tmp_path: Path) -> None:
     with pytest.raises(AnsibleActionFail, match=r"the group guard's payload has no dgxspark_guard_worker\.py"):
         _run(tmp_path, access_read={"head_public_key": KEY, "workers": {}})
+
+
+def test_the_metrics_endpoint_listens_on_the_heads_management_address_unless_told(tmp_path: Path) -> None:
+    document = _run(tmp_path, tunables={"metrics_port": 9478})["document"]
+    assert (document["metrics_address"], document["metrics_port"]) == ("10.77.0.11", 9478)
+    document = _run(tmp_path, tunables={"metrics_port": 9478, "metrics_address": "127.0.0.1"})["document"]
+    assert document["metrics_address"] == "127.0.0.1"
+    assert "metrics_address" not in _run(tmp_path, tunables={"metrics_port": 0})["document"]

@@ -539,3 +539,17 @@ def test_a_setting_given_in_dgxspark_vllm_settings_is_named_once() -> None:
     found = problems(inputs({"settings": {"master_addr": "192.168.100.99"}}))
     assert found == ["dgxspark_vllm_settings.master_addr 192.168.100.99 is not the head's cx7_ip (spark-a: "
                      "192.168.100.11); leave it unset or make it the head's cx7_ip"]
+
+
+def test_the_guard_metrics_port_is_one_setting_checked_against_the_other_ports() -> None:
+    config = resolve(inputs())
+    assert (config["guard_metrics_port"], config["sources"]["guard_metrics_port"]) == (9478, "default")
+    config = resolve(inputs({"guard_metrics_port": "9100"}))
+    assert (config["guard_metrics_port"], config["sources"]["guard_metrics_port"]) == (
+        9100, "dgxspark_vllm_guard_metrics_port")
+    assert resolve(inputs({"guard_metrics_port": 0}))["guard_metrics_port"] == 0
+    for bad in (70000, "metrics", True, -1):
+        assert problems(inputs({"guard_metrics_port": bad}))[0].startswith(
+            "dgxspark_vllm_guard_metrics_port must be a port number (1-65535) or 0 for none"), bad
+    assert problems(inputs({"guard_metrics_port": 8000}))[0].startswith(
+        "dgxspark_vllm_guard_metrics_port and dgxspark_vllm_port are both 8000: the guard")

@@ -219,3 +219,35 @@ def test_a_cx7_address_or_port_that_the_node_does_not_have_is_refused(nodes, mes
 def test_a_node_that_showed_no_address_is_named():
     with pytest.raises(FirewallError, match="lab-worker: `ip -j addr show` gave no address"):
         plan(CONFIG, dict(ADDRESSES, **{"lab-worker": []}), REACHED)
+
+
+def test_the_guard_metrics_port_is_admitted_on_the_head_from_the_api_networks_only():
+    result = plan(dict(CONFIG, guard=True, guard_metrics_port=9478), ADDRESSES, REACHED, SESSIONS)
+    head, worker = result["nodes"]["lab-head"]["ruleset"], result["nodes"]["lab-worker"]["ruleset"]
+    accept4 = 'tcp dport 9478 ip saddr @api_allowed4 accept comment "the guard metrics"'
+    accept6 = 'tcp dport 9478 ip6 saddr @api_allowed6 accept comment "the guard metrics"'
+    reject = 'tcp dport 9478 counter reject with tcp reset comment "the guard metrics from elsewhere"'
+    lines = [line.strip() for line in head.splitlines()]
+    # admitted from the API's networks, then everyone else reset, before the API's own reject
+    assert lines.index(accept4) < lines.index(accept6) < lines.index(reject) < next(
+        i for i, line in enumerate(lines) if line.startswith("tcp dport { 8000, 29521 }"))
+    assert "9478" not in worker      # the guard listens on the head only
+    # the guard off, or its endpoint off: the port is not named
+    for config in (dict(CONFIG, guard=False, guard_metrics_port=9478), dict(CONFIG, guard=True, guard_metrics_port=0)):
+        assert "9478" not in plan(config, ADDRESSES, REACHED, SESSIONS)["nodes"]["lab-head"]["ruleset"]
+
+
+@pytest.mark.parametrize("port, message", [(8000, "the port of the API or the master"),
+                                           (29521, "the port of the API or the master"),
+                                           (70000, "must be a port number or 0"), (True, "must be a port number or 0")])
+def test_a_guard_metrics_port_that_cannot_be_is_refused(port, message):
+    with pytest.raises(FirewallError, match=message):
+        _rules(metrics_port=port)
+
+
+@pytest.mark.skipif(not shutil.which("nft") or not shutil.which("unshare"), reason="nft or unshare not installed")
+def test_nft_accepts_the_ruleset_with_the_guard_metrics_port():
+    checked = _nft_check(ruleset(_rules(cidrs=("10.77.0.0/24", "fd00::/64"), metrics_port=9478)))
+    if "Operation not permitted" in checked.stderr:
+        pytest.skip("no user namespaces here: " + checked.stderr.strip())
+    assert checked.returncode == 0, checked.stderr

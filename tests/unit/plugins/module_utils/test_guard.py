@@ -221,6 +221,27 @@ def test_assess_api_failing_past_grace_is_broken_at_the_head():
                                                "container runs: GET /health: 503")
 
 
+@pytest.mark.parametrize("obs, problem", [
+    (up("spark2"), None),
+    (G.RankObservation("spark2", reachable=False, exists=False, error="ssh: timeout"), None),   # the caller's
+    (G.RankObservation("spark2", running=False, started_at=T1, exit_code=137),
+     "the serve container on spark2 died during the restore (exit code 137)"),
+    (G.RankObservation("spark2", running=False, started_at=T1), "the serve container on spark2 died during the restore"),
+    (G.RankObservation("spark2", exists=False), "the serve container on spark2 is gone"),
+    (up("spark2", T2), f"the serve container on spark2 started again during the restore (at {T2}; the restore "
+                       f"started it at {T1})"),
+    (G.RankObservation("spark2", running=True, paused=True, started_at=T1),
+     "the serve container on spark2 is paused (docker pause) during the restore"),
+])
+def test_started_rank_problem(obs, problem):
+    assert G.started_rank_problem(obs, T1) == problem
+
+
+def test_started_rank_problem_without_a_known_start_judges_the_rest():
+    assert G.started_rank_problem(up("spark2", T2), None) is None
+    assert "paused" in G.started_rank_problem(G.RankObservation("spark2", running=True, paused=True), None)
+
+
 def test_state_from_inspect():
     obs = G.state_from_inspect("spark2", {"Running": True, "Paused": True, "StartedAt": T1, "ExitCode": 0})
     assert obs == G.RankObservation("spark2", running=True, paused=True, started_at=T1, exit_code=0)
@@ -290,17 +311,68 @@ def test_decide_backs_off_after_a_restore_in_the_window():
     assert state.next_attempt_at == 0.0
 
 
-def test_decide_backoff_counts_from_the_last_restore_even_a_successful_one():
+def test_decide_a_success_that_broke_again_soon_counts_as_a_failure():
+    cfg = config(backoff_seconds=10, stable_seconds=600)
     state = G.GuardState(attempts=[attempt(NOW - 100, ok=True, finished_at=NOW - 1)])
-    assert G.decide(state, config(backoff_seconds=10), finding(), NOW) == "backoff"
+    state.last_restore = state.attempts[-1]
+    assert G.decide(state, cfg, finding(), NOW) == "backoff"
     assert state.next_attempt_at == NOW + 9
+    assert state.attempts[-1]["unstable"] is True and state.attempts[-1]["served_seconds"] == 1
+    assert state.last_restore["unstable"] is True
+    assert G.failed_in_window(state, cfg, NOW) == state.attempts
+
+
+def test_decide_a_restore_after_a_long_healthy_run_has_no_backoff():
+    """Seven restores in the window, one failed long ago: the group served past stable_seconds each time."""
+    cfg = config(backoff_seconds=10, stable_seconds=600, max_failed_restores=2)
+    state = G.GuardState(attempts=[attempt(NOW - 3500)] + [attempt(NOW - 3000 + 700 * i, ok=True) for i in range(4)])
+    state.attempts[-1]["finished_at"] = NOW - 600
+    assert G.decide(state, cfg, finding("api", "spark1"), NOW) == "restore"
+    assert not state.attempts[-1].get("unstable")
+    assert G.backoff(state, cfg, NOW) == 0.0 and G.failed_in_window(state, cfg, NOW) == []
+
+
+def test_note_break_leaves_failures_stable_runs_and_arms_alone():
+    cfg = config(stable_seconds=600)
+    for record in (attempt(NOW - 10), attempt(NOW - 700, ok=True), attempt(NOW - 10, ok=True, window_reset=True)):
+        state = G.GuardState(attempts=[dict(record)])
+        assert G.note_break(state, cfg, NOW) is False
+        assert "unstable" not in state.attempts[-1]
+    assert G.note_break(G.GuardState(), cfg, NOW) is False
+
+
+def test_give_up_record_for_a_restore_that_did_not_last():
+    cfg = config(max_failed_restores=2, stable_seconds=600)
+    state = G.GuardState(attempts=[attempt(NOW - 300), attempt(NOW - 100, ok=True, finished_at=NOW - 40)])
+    assert G.decide(state, cfg, finding("stopped", "spark3"), NOW) == "give_up"
+    record = G.give_up_record(state, cfg, finding("stopped", "spark3"), NOW)
+    assert record["reason"] == ("2 restores failed within 3600 s; the last one's group broke again after 40 s "
+                                "(stable after 600 s): stopped on spark3")
 
 
 @pytest.mark.parametrize("count, expect", [(0, 0.0), (1, 10.0), (2, 20.0), (3, 40.0), (4, 80.0), (5, 100.0), (12, 100.0)])
 def test_backoff_doubles_and_is_capped(count, expect):
     cfg = config(backoff_seconds=10, backoff_max_seconds=100, max_failed_restores=50)
-    state = G.GuardState(attempts=[attempt(NOW - 500 + i, ok=i % 2 == 0) for i in range(count)])
+    state = G.GuardState(attempts=[attempt(NOW - 900, ok=True)] + [attempt(NOW - 500 + i) for i in range(count)])
     assert G.backoff(state, cfg, NOW) == expect
+
+
+def test_backoff_counts_failures_only():
+    cfg = config(backoff_seconds=10)
+    state = G.GuardState(attempts=[attempt(NOW - 500), attempt(NOW - 400, ok=True), attempt(NOW - 300, ok=True)])
+    assert G.backoff(state, cfg, NOW) == 0.0
+    state.attempts[-1]["unstable"] = True
+    assert G.backoff(state, cfg, NOW) == 10.0
+
+
+def test_backoff_notice_once_per_change():
+    api = G.Finding("api", "spark1", "the head's API has been failing for 20 s")
+    key, line = G.backoff_notice(None, api, NOW + 10)
+    assert line == f"broken (the head's API has been failing for 20 s), backing off until {G.iso(NOW + 10)}"
+    later = G.Finding("api", "spark1", "the head's API has been failing for 22 s")
+    assert G.backoff_notice(key, later, NOW + 10.2) == (key, None)
+    assert G.backoff_notice(key, later, NOW + 30)[1] is not None
+    assert G.backoff_notice(key, G.Finding("stopped", "spark2", "x"), NOW + 10)[1] is not None
 
 
 def test_backoff_ignores_restores_outside_the_window_and_before_the_arm():
@@ -690,3 +762,123 @@ def test_install_current_only_for_the_same_document_and_fingerprint():
     assert not G.install_current("{not json", document)
     plain_document = {key: value for key, value in document.items() if key != "_install"}
     assert not G.install_current(_installed(plain_document), plain_document)   # no fingerprint: never skip the install
+
+
+# ------------------------------------------------------------------------------------------------ memory
+
+@pytest.mark.parametrize("text, expect", [
+    ("MemTotal:       131072000 kB\nMemFree:  1 kB\nMemAvailable:   120000000 kB\n", 120000000),
+    ("MemAvailable: 0 kB", 0),
+    ("MemTotal: 1 kB\n", None),
+    ("", None),
+    (None, None),
+    ("MemAvailable: lots kB", None),
+])
+def test_mem_available_kib(text, expect):
+    assert G.mem_available_kib(text) == expect
+
+
+GIB = 1024 * 1024
+
+
+@pytest.mark.parametrize("available, reference, margin, expect", [
+    (61 * GIB, 118 * GIB, 10,
+     "memory not released on lab-worker: 61 GiB available, 118 GiB at the last good start "
+     "(at least 106 GiB needed, guard_memory_margin_percent 10)"),
+    (107 * GIB, 118 * GIB, 10, None),                       # within the bound
+    (int(5.5 * GIB), 8 * GIB, 25,
+     "memory not released on lab-worker: 5.5 GiB available, 8.0 GiB at the last good "
+     "start (at least 6.0 GiB needed, guard_memory_margin_percent 25)"),
+    (1, None, 10, None),                                     # no good start yet
+    (None, 118 * GIB, 10, None),                             # unreadable
+])
+def test_memory_shortfall(available, reference, margin, expect):
+    assert G.memory_shortfall("lab-worker", available, reference, margin) == expect
+
+
+def test_memory_margin_must_be_below_100():
+    with pytest.raises(G.GuardConfigError, match="memory_margin_percent must be below 100, got 100.0"):
+        config(memory_margin_percent=100)
+    assert config(memory_margin_percent=25, memory_wait_seconds=30).memory_wait_seconds == 30.0
+
+
+def test_record_restore_takes_the_memory_of_a_good_start_only():
+    state = G.GuardState(memory_reference={"spark1": 5, "spark2": 7})
+    G.record_restore(state, config(), attempt(NOW, memory_before_start={"spark2": 1}))
+    assert state.memory_reference == {"spark1": 5, "spark2": 7}
+    G.record_restore(state, config(), attempt(NOW, ok=True, memory_before_start={"spark2": 9}))
+    assert state.memory_reference == {"spark1": 5, "spark2": 9}
+
+
+# ------------------------------------------------------------------------------------------------ metrics
+
+def samples(text):
+    return {line.rsplit(" ", 1)[0]: float(line.rsplit(" ", 1)[1]) for line in text.splitlines() if not line.startswith("#")}
+
+
+def test_metrics_before_the_first_arm_have_every_series_the_rules_read():
+    got = samples(G.metrics_text(None, None, NOW))
+    assert got['dgxspark_guard_status{status="armed"}'] == 1 and got["dgxspark_guard_armed_once"] == 0
+    assert got["dgxspark_guard_gave_up"] == 0 and got["dgxspark_guard_restores_total"] == 0
+    assert "dgxspark_guard_last_restore_success" not in got
+    assert sum(value for key, value in got.items() if key.startswith("dgxspark_guard_status{")) == 1
+
+
+def test_metrics_of_a_guard_that_gave_up_on_memory():
+    state = G.GuardState(status="gave_up", since=NOW - 5, restores_total=7, restores_failed_total=2,
+                         last_restore=attempt(NOW - 60, duration_seconds=21.5, failed_phase="memory",
+                                              memory={"node": "spark2", "available_kib": 61 * GIB, "reference_kib": 118 * GIB}),
+                         memory_reference={"spark1": 100 * GIB, "spark2": 118 * GIB})
+    text = G.metrics_text(state, None, NOW)
+    got = samples(text)
+    assert got['dgxspark_guard_status{status="gave_up"}'] == 1 and got['dgxspark_guard_status{status="armed"}'] == 0
+    assert got["dgxspark_guard_gave_up"] == 1
+    assert (got["dgxspark_guard_restores_total"], got["dgxspark_guard_restores_failed_total"]) == (7, 2)
+    assert (got["dgxspark_guard_last_restore_success"], got["dgxspark_guard_last_restore_duration_seconds"]) == (0, 21.5)
+    assert got["dgxspark_guard_last_restore_timestamp_seconds"] == NOW - 60
+    assert got["dgxspark_guard_status_since_timestamp_seconds"] == NOW - 5
+    assert got['dgxspark_guard_memory_reference_bytes{node="spark2"}'] == 118 * GIB * 1024
+    assert got['dgxspark_guard_memory_available_bytes{node="spark2"}'] == 61 * GIB * 1024
+    assert "# TYPE dgxspark_guard_restores_total counter" in text and text.endswith("\n")
+
+
+def test_metrics_maintenance_lock_wins_unless_disarmed():
+    lock = {"holder": "x", "since": NOW, "expires_at": NOW + 10}
+    assert samples(G.metrics_text(G.GuardState(status="armed"), lock, NOW))['dgxspark_guard_status{status="maintenance"}'] == 1
+    assert samples(G.metrics_text(G.GuardState(status="disarmed"), lock, NOW))['dgxspark_guard_status{status="disarmed"}'] == 1
+
+
+def test_metrics_label_values_are_escaped():
+    text = G.metrics_text(G.GuardState(memory_reference={'a"b\\c': 1}), None, NOW)
+    assert 'dgxspark_guard_memory_reference_bytes{node="a\\"b\\\\c"} 1024' in text
+
+
+def test_metrics_pass_promtool_check_metrics():
+    import shutil
+    import subprocess
+    promtool = shutil.which("promtool")
+    assert promtool, "promtool is missing: install Debian's prometheus package (bin/test does: ensure_promtool in bin/lib.sh)"
+    state = G.GuardState(status="restoring", restores_total=1, last_restore=attempt(NOW, ok=True, duration_seconds=3,
+                         memory_before_start={"spark2": 5}), memory_reference={"spark2": 5})
+    proc = subprocess.run([promtool, "check", "metrics"], input=G.metrics_text(state, None, NOW), text=True,
+                          capture_output=True, check=False)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+@pytest.mark.parametrize("over, problem", [
+    ({"metrics_port": 70000}, "metrics_port must be a port number (0: no metrics endpoint), got 70000"),
+    ({"metrics_port": True}, "metrics_port must be a port number (0: no metrics endpoint), got True"),
+    ({"metrics_port": 9478}, "metrics_address must be set when metrics_port is (the address the endpoint listens on)"),
+    ({"metrics_port": 9478, "metrics_address": "a b"},
+     "metrics_address must be an IP address or a host name the head listens on, got 'a b'"),
+])
+def test_parse_config_metrics_problems(over, problem):
+    with pytest.raises(G.GuardConfigError) as info:
+        config(**over)
+    assert info.value.problems == [problem]
+
+
+def test_parse_config_metrics_endpoint():
+    cfg = config(metrics_port=9478, metrics_address="10.77.0.11")
+    assert (cfg.metrics_address, cfg.metrics_port) == ("10.77.0.11", 9478)
+    assert (config().metrics_address, config().metrics_port) == ("", 0)
