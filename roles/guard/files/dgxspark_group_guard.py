@@ -867,6 +867,22 @@ def load_config(path: str, webhook: bool = False) -> G.GuardConfig:
     return G.parse_config(data, webhook_url=url)
 
 
+def signal_stopper(stopping: threading.Event):
+    """A SIGTERM/SIGINT handler that logs the signal and sets `stopping` from a new thread.
+
+    A handler runs in the main thread between two of its bytecodes, possibly inside `stopping.wait()` while that
+    holds the event's (non-reentrant) lock, or inside a write to stdout: setting the event or logging there could
+    wait forever or fail, and systemd would kill the guard at its stop timeout. A thread does both once the main
+    thread's wait has released the lock."""
+    def stop(name: str) -> None:
+        log(LOG_INFO, "dgxspark-group-guard stopping on %s" % name)
+        stopping.set()
+
+    def on_signal(signum, _frame):
+        threading.Thread(target=stop, args=(signal.Signals(signum).name,), name="stop-on-signal", daemon=True).start()
+    return on_signal
+
+
 def main(argv: list | None = None) -> int:
     parser = argparse.ArgumentParser(description="Keep a vLLM TP group serving, restored in order (dgxspark.vllm).")
     parser.add_argument("--config", default="/etc/dgxspark/guard.json")
@@ -924,10 +940,7 @@ def main(argv: list | None = None) -> int:
         print(json.dumps(result, sort_keys=True))
         return EXIT_OK
 
-    def on_signal(signum, _frame):
-        log(LOG_INFO, "dgxspark-group-guard stopping on %s" % signal.Signals(signum).name)
-        guard.stopping.set()
-
+    on_signal = signal_stopper(guard.stopping)
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
     return guard.serve()

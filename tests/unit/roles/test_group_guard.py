@@ -17,6 +17,7 @@ import http.server
 import ipaddress
 import json
 import os
+import signal
 import socket
 import threading
 import time
@@ -1454,3 +1455,20 @@ def test_the_guard_reads_the_webhook_url_file_status_does_not(tmp_path, capsys):
     assert prog.main(["--config", str(path), "check-config"]) == prog.EXIT_OK
     hook.write_text("ftp://files.example/sekrit\n", encoding="utf-8")
     assert prog.main(["--config", str(path), "status"]) == prog.EXIT_OK     # status never reads the URL
+
+
+def test_signal_handler_does_not_wait_for_the_events_lock(capsys):
+    # the signal lands while the main thread is inside stopping.wait(), holding the event's lock: the handler must
+    # return at once, and the event be set and the stop logged once the lock is free
+    stopping, returned = threading.Event(), threading.Event()
+    handler = prog.signal_stopper(stopping)
+
+    def interrupted_wait():
+        with stopping._cond:  # pylint: disable=protected-access
+            handler(signal.SIGTERM, None)
+            returned.set()
+
+    threading.Thread(target=interrupted_wait, daemon=True).start()
+    assert returned.wait(5), "the signal handler blocked on the event's lock"
+    assert stopping.wait(5)
+    assert "dgxspark-group-guard stopping on SIGTERM" in capsys.readouterr().out  # logged before the event is set
