@@ -41,7 +41,7 @@ class ServiceFilesError(ValueError):
 
 def check_names(files: Sequence[Mapping[str, Any]], where: str) -> None:
     """Each file's optional ``name`` is its key in the result's mapping (``by_name``): not empty, and given to one file
-    of ``files`` only. ServiceFilesError names every problem at once (``where``: the option, e.g. ``also.files``)."""
+    of ``files`` only; a file's optional ``part_of`` names another file's ``name`` (and then it has no name itself). ServiceFilesError names every problem at once (``where``: the option, e.g. ``also.files``)."""
     problems: list[str] = []
     paths: dict[str, list[str]] = {}
     for item in files:
@@ -56,13 +56,34 @@ def check_names(files: Sequence[Mapping[str, Any]], where: str) -> None:
         if len(given) > 1:
             problems.append(f"{where}: the name {name!r} is given to {len(given)} files ({', '.join(given)}): "
                             "give each its own")
+    for item in files:
+        whole = item.get("part_of")
+        if whole is None:
+            continue
+        if item.get("name") is not None:
+            problems.append(f"{where}: {item.get('path')} has both a name and part_of: give it one of them")
+        elif whole not in paths:
+            problems.append(f"{where}: {item.get('path')} is part_of {whole!r}, which no file is named")
     if problems:
         raise ServiceFilesError("; ".join(problems))
 
 
 def by_name(files: Sequence[Mapping[str, Any]], states: Sequence[dict[str, Any]]) -> dict[str, dict[str, Any]]:
-    """The states of the files given a ``name`` (``states`` in the order of ``files``), by that name."""
-    return {item["name"]: state for item, state in zip(files, states) if item.get("name") is not None}
+    """The states of the files given a ``name`` (``states`` in the order of ``files``), by that name.
+
+    Files ``part_of`` a named one (a program's module_utils, part of the program) fold into its entry: ``parts``
+    lists their states, and the entry's ``exists`` and ``matches`` hold only when they hold for each part too (its
+    own ``sha256`` and ``content`` stay its own)."""
+    found = {item["name"]: dict(state) for item, state in zip(files, states) if item.get("name") is not None}
+    for item, state in zip(files, states):
+        whole = found.get(item.get("part_of"))   # check_names refused a part_of that names no file
+        if whole is None:
+            continue
+        whole.setdefault("parts", []).append(state)
+        whole["exists"] = whole["exists"] and state["exists"]
+        if whole["matches"] is not None:
+            whole["matches"] = whole["matches"] and bool(state["matches"])
+    return found
 
 
 def file_state(path: str, data: bytes | None, wanted: str | None, read: bool) -> dict[str, Any]:

@@ -51,6 +51,14 @@ options:
             not by its position in RV(files). Not empty, and given to one file only.
           - Omitted, the file is in RV(files) only.
         type: str
+      part_of:
+        description:
+          - The O(files[].name) of another file this one is part of (a module_utils the program imports, part of
+            the program). It folds into that file's RV(by_name) entry, whose C(exists) and C(matches) then hold
+            only when they hold for each part too; the entry lists its parts' states in C(parts).
+          - A file has either a O(files[].name) or O(files[].part_of); a O(files[].part_of) that names no file is
+            refused.
+        type: str
       content:
         description:
           - The planned content. The file must hold exactly these bytes (UTF-8) for RV(current) to be true.
@@ -162,8 +170,9 @@ files:
   elements: dict
   sample: [{path: /etc/dgxspark/cache-flush-follow.json, exists: true, sha256: "9f2c...", matches: true}]
 by_name:
-  description: The entries of RV(files) whose O(files) item has a C(name), by that name (the same entries). Empty
-    when no file has a name.
+  description: The entries of RV(files) whose O(files) item has a C(name), by that name (the same values). An entry
+    with parts (O(files[].part_of)) also has C(parts), their states; its C(exists) and C(matches) then cover the
+    parts too. Empty when no file has a name.
   returned: always
   type: dict
   sample: {config: {path: /etc/dgxspark/cache-flush-follow.json, exists: true, sha256: "9f2c...", matches: true}}
@@ -229,6 +238,7 @@ def main() -> None:
             "files": {"type": "list", "elements": "dict", "default": [], "options": {
                 "path": {"type": "path", "required": True},
                 "name": {"type": "str"},
+                "part_of": {"type": "str"},
                 "content": {"type": "str"},
                 "read": {"type": "bool", "default": False},
             }},

@@ -3,7 +3,8 @@
 """Page-cache flush service and MemAvailable watchdog for DGX Spark (GB10) nodes.
 
 Installed by the dgxspark.vllm.cache_flush role and run by a systemd unit during the model-load window.
-Standard library only; Python 3.8 or later.
+The standard library and the collection's log reader (module_utils/_vllm_log.py, installed next to it);
+Python 3.8 or later.
 
 Every ``interval_seconds`` it reads /proc/meminfo and:
 
@@ -29,7 +30,6 @@ import argparse
 import calendar
 import json
 import os
-import re
 import signal
 import socket
 import subprocess
@@ -37,6 +37,13 @@ import sys
 import threading
 import time
 from dataclasses import dataclass, fields, replace
+
+# The collection's module_utils this program decides with are installed in a package tree next to it (the role
+# installs the closure of these imports; the interpreter runs with -I, so the folder is put on the path here).
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+# pylint: disable=wrong-import-position
+from ansible_collections.dgxspark.vllm.plugins.module_utils._vllm_log import line_phase, normalise_line  # noqa: E402
 
 LOG_ERR = 3
 LOG_WARNING = 4
@@ -84,17 +91,10 @@ CONFIG_KEYS = tuple(item.name for item in fields(Config))
 INT_KEYS = ("threshold_bytes", "floor_bytes", "interval_seconds", "follow_seconds")
 BOOL_KEYS = ("follow_until_loaded",)
 
-# The lines with which vLLM says a start's load is over: its KV cache allocated (each rank) or its API up (the head).
-# The same lines end the phases kv_allocated and api_up of the collection's log reader (module_utils/_vllm_log.py),
-# which ends the launch's load watch; a unit test keeps the two in step on the recorded logs.
-LOAD_END_PATTERNS = (
-    re.compile(r"\bKV cache size: [\d,]+ tokens\b"),
-    re.compile(r"\bGiB (?:memory )?for KV cache\b", re.IGNORECASE),
-    re.compile(r"\bAvailable KV cache memory:"),
-    re.compile(r"Replace gpu_memory_utilization(?: config)? with `--kv-cache-memory="),
-    re.compile(r"\bStarting vLLM (?:API )?server (?:\d+ )?on\b"),
-    re.compile(r"\bApplication startup complete\."),
-)
+# The phases that end a start's load: its KV cache allocated (each rank) or its API up (the head). The lines that
+# prove them are the collection's log reader's (module_utils/_vllm_log.py, shipped next to this program), the same
+# that end the launch's load watch.
+LOAD_END_PHASES = ("kv_allocated", "api_up")
 
 
 @dataclass(frozen=True)
@@ -433,10 +433,10 @@ def running_start(state_text: str) -> str:
 
 
 def load_end_line(text: str) -> str | None:
-    """The first line of `text` (a container's log) that says a load is over (LOAD_END_PATTERNS), stripped.
+    """The first line of `text` (a container's log) that says a load is over (a line of LOAD_END_PHASES), stripped.
     str.splitlines ends a line at a progress bar's bare carriage return too."""
-    for raw in text.splitlines():
-        if any(pattern.search(raw) for pattern in LOAD_END_PATTERNS):
+    for index, raw in enumerate(text.splitlines()):
+        if line_phase(normalise_line(raw, index)) in LOAD_END_PHASES:
             return raw.strip()
     return None
 

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import jinja2
 from helpers.fixtures import log_names, read_log
-from helpers.programs import load_program
+from helpers.programs import install_program, load_program
 import pytest
 import yaml
 
@@ -682,7 +682,7 @@ def test_service_notifies_ready_and_stops_cleanly_on_sigterm(tmp_path):
     sock.settimeout(20)
     env = dict(os.environ, NOTIFY_SOCKET=notify_path)
     proc = subprocess.Popen(
-        [sys.executable, "-I", str(SCRIPT), "--interval-seconds", "3600", "--meminfo-path", str(meminfo_path),
+        [sys.executable, "-I", str(install_program(SCRIPT, tmp_path / "node")), "--interval-seconds", "3600", "--meminfo-path", str(meminfo_path),
          "--drop-caches-path", str(drop)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
     try:
         assert sock.recv(4096) == b"READY=1"

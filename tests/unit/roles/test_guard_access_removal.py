@@ -19,8 +19,19 @@ def _load(path: Path) -> list:
     return yaml.safe_load(path.read_text(encoding="utf-8"))
 
 
+def _query(name: str, program: str, dest: str, read_as: str = "") -> list:
+    """The dgxspark.vllm.node_program lookup (the one vars/main.yml calls), over the collection's own files."""
+    from ansible_collections.dgxspark.vllm.plugins.module_utils._program_files import node_files, read_items
+    assert name == "dgxspark.vllm.node_program"
+    utils = ROOT / "plugins" / "module_utils"
+    entries = node_files(program, (ROOT / "roles" / "guard" / "files" / program).read_text(encoding="utf-8"), dest,
+                         lambda util: (utils / util).read_text(encoding="utf-8") if (utils / util).is_file() else None)
+    return read_items(entries, read_as) if read_as else entries
+
+
 def _variables() -> dict:
     env = jinja2.Environment(undefined=jinja2.StrictUndefined)
+    env.globals["query"] = _query
     variables = dict(_load(ROOT / "roles" / "guard" / "defaults" / "main.yml"))
     for key, value in _load(ROOT / "roles" / "guard" / "vars" / "main.yml").items():
         variables[key] = env.from_string(value).render(**variables) if isinstance(value, str) else value

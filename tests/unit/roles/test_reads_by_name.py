@@ -85,7 +85,11 @@ def test_every_file_read_by_name_is_one_the_read_names() -> None:
     """cache_flush_read.by_name.<name> is one of the flush service's files (tasks/read.yml); the guard's
     cache_flush_read.also.by_name.<name> one of the files the guard asks it to read alongside (tasks/prepare.yml)."""
     read = yaml.safe_load((ROOT / "roles/cache_flush/tasks/read.yml").read_text(encoding="utf-8"))
-    own = _names(read[0]["dgxspark.vllm.service_files_info"]["files"])
+    program = yaml.safe_load((ROOT / "roles/cache_flush/vars/main.yml").read_text(encoding="utf-8"))
+    # the program (and the module_utils part of it) read as 'program' (the node_program lookup's read_as), then the rest
+    assert read[0]["dgxspark.vllm.service_files_info"]["files"] == "{{ __cache_flush_program_read + __cache_flush_read_files }}"
+    assert "read_as='program'" in program["__cache_flush_program_read"]
+    own = _names(read[0]["vars"]["__cache_flush_read_files"]) | {"program"}
     prepare = yaml.safe_load((ROOT / "roles/guard/tasks/prepare.yml").read_text(encoding="utf-8"))
     also = _names(prepare[0]["vars"]["__guard_head_read"]["files"]) | _names(prepare[0]["vars"]["__guard_worker_read"]["files"])
     assert own == {"program", "config", "unit"}

@@ -86,8 +86,37 @@ def test_files_given_a_name_are_found_by_it_and_the_others_only_in_the_list() ->
     check_names(files, "files")
     found = by_name(files, states)
     assert list(found) == ["program", "unit"]
-    assert found["program"] is states[0] and found["unit"] is states[2]
+    assert found["program"] == states[0] and found["unit"] == states[2]
     assert by_name([{"path": "/a", "name": None}], states[:1]) == {}
+
+
+@pytest.mark.parametrize(("part", "exists", "matches"), [
+    (b"lib", True, True),          # every part as planned: the whole matches
+    (b"old lib", True, False),     # a part differs: the whole does not match, although its own file does
+    (None, False, False),          # a part is missing: the whole neither exists nor matches
+])
+def test_parts_fold_into_the_file_they_are_part_of(part, exists, matches) -> None:
+    files = [{"path": "/p/prog.py", "name": "program", "content": "prog"},
+             {"path": "/p/lib/_a.py", "part_of": "program", "content": "lib"},
+             {"path": "/etc/x.json", "name": "config", "content": "{}"}]
+    data = [b"prog", part, b"{}"]
+    states = [file_state(item["path"], got, item["content"], False) for item, got in zip(files, data)]
+    check_names(files, "files")
+    found = by_name(files, states)
+    assert found["program"]["exists"] is exists and found["program"]["matches"] is matches
+    assert found["program"]["path"] == "/p/prog.py" and found["program"]["parts"] == [states[1]]
+    assert found["config"] == states[2] and "parts" not in found["config"]
+    assert states[0]["matches"] is True   # the list keeps each file's own state
+
+
+@pytest.mark.parametrize(("files", "message"), [
+    ([{"path": "/a", "name": "p"}, {"path": "/b", "part_of": "q"}], "files: /b is part_of 'q', which no file is named"),
+    ([{"path": "/a", "name": "p"}, {"path": "/b", "name": "b", "part_of": "p"}],
+     "files: /b has both a name and part_of: give it one of them"),
+])
+def test_a_part_of_nothing_or_of_itself_is_refused(files: list, message: str) -> None:
+    with pytest.raises(ServiceFilesError, match=re.escape(message)):
+        check_names(files, "files")
 
 
 @pytest.mark.parametrize(("files", "message"), [
