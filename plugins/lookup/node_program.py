@@ -8,7 +8,8 @@ DOCUMENTATION = r"""
 name: node_program
 short_description: The files that install a program on a node, with the collection's module_utils it imports
 version_added: 1.0.0
-author: Contributors to the dgxspark.vllm collection
+author:
+  - dgxspark.vllm contributors (@dgxspark)
 description:
   - A program the collection runs on a node outside Ansible (the group guard, the page-cache flush service) decides
     with the collection's own module_utils. It is installed with them in a package tree next to itself

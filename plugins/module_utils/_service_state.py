@@ -41,7 +41,8 @@ class ServiceFilesError(ValueError):
 
 def check_names(files: Sequence[Mapping[str, Any]], where: str) -> None:
     """Each file's optional ``name`` is its key in the result's mapping (``by_name``): not empty, and given to one file
-    of ``files`` only; a file's optional ``part_of`` names another file's ``name`` (and then it has no name itself). ServiceFilesError names every problem at once (``where``: the option, e.g. ``also.files``)."""
+    of ``files`` only; a file's optional ``part_of`` names another file's ``name`` (and then it has no name itself).
+    ServiceFilesError names every problem at once (``where``: the option, e.g. ``also.files``)."""
     problems: list[str] = []
     paths: dict[str, list[str]] = {}
     for item in files:
