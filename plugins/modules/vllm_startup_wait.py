@@ -60,8 +60,9 @@ options:
     default: 30
   api_url:
     description:
-      - Once O(target_phase) is reached, also wait until this URL (the head's C(/v1/models) on its CX7 IP)
-        answers HTTP 200 from this node, while this rank's container keeps running. For a worker after the head
+      - Once O(target_phase) is reached, also wait until the API at this base URL (the head's CX7 IP and port;
+        C(/v1/models) is asked, as M(dgxspark.vllm.vllm_api_check) asks it) answers HTTP 200 from this node, while this
+        rank's container keeps running. For a worker after the head
         serves, one call proves both that the worker is still up and that the API answers from another node.
       - The wait ends with RV(ok=false) when the container stops or the URL does not answer within
         O(api_timeout).
@@ -195,6 +196,7 @@ last_lines:
   sample: ["INFO ... world_size=2 rank=1 ..."]
 """
 
+import functools
 import json
 import os
 import tempfile
@@ -205,7 +207,8 @@ from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.dgxspark.vllm.plugins.module_utils._docker_logs import (
     DockerLogsError, LogFollower, docker_follow_argv, read_container_logs,
 )
-from ansible_collections.dgxspark.vllm.plugins.module_utils._http import api_headers, get
+from ansible_collections.dgxspark.vllm.plugins.module_utils._api_probe import REFUSED, probe
+from ansible_collections.dgxspark.vllm.plugins.module_utils._http import get
 from ansible_collections.dgxspark.vllm.plugins.module_utils._startup import (
     StartupError, describe_progress, established_peers, make_watch, observe, step,
 )
@@ -244,10 +247,12 @@ def _write_progress(path: str, document: dict) -> None:
         raise
 
 
-def _check_api(module: AnsibleModule, url: str, api_key: str | None, timeout: float, poll: float,
+def _check_api(module: AnsibleModule, api_url: str, api_key: str | None, timeout: float, poll: float,
                container: str) -> tuple[dict, str | None]:
-    """Poll url until HTTP 200 while the container runs; (api result, reason it failed or None)."""
-    headers = api_headers(api_key)
+    """Ask the API (module_utils/_api_probe.probe: GET <api_url>/v1/models) until it answers while the container
+    runs; (api result, reason it failed or None)."""
+    ask = functools.partial(get, timeout=min(10.0, max(timeout, 1.0)), validate_certs=False)   # the CX7 link, no proxy
+    url = api_url.strip().rstrip("/") + "/v1/models"
     t0 = time.monotonic()
     status, error = None, None
     while True:
@@ -256,14 +261,14 @@ def _check_api(module: AnsibleModule, url: str, api_key: str | None, timeout: fl
             error = "this rank's container %s while waiting for the API (exit code %s)" % (
                 "stopped" if exists else "disappeared", exit_code)
             break
-        # the CX7 link, never through a proxy
-        answer = get(url, headers, min(10.0, max(timeout, 1.0)), validate_certs=False)
-        status = None if answer.status == -1 else answer.status
-        if answer.status == 200:
+        answer = probe(ask, api_url, api_key, False)
+        url = answer["url"]
+        status = None if answer["status"] == -1 else answer["status"]
+        if answer["ok"]:
             return {"url": url, "status": status, "error": None, "elapsed": round(time.monotonic() - t0, 1)}, None
-        error = answer.problem
-        if answer.status in (401, 403):   # a wrong key does not get better by waiting
-            error = "%s refused the API key (HTTP %s): check dgxspark_vllm_api_key" % (url, answer.status)
+        error = answer["msg"]
+        if answer["status"] in REFUSED:   # a wrong key does not get better by waiting
+            error = "%s refused the API key (HTTP %s): check dgxspark_vllm_api_key" % (url, answer["status"])
             break
         if time.monotonic() - t0 >= timeout:
             error = "%s did not answer HTTP 200 from this node within %g s (last try: %s)" % (url, timeout, error)

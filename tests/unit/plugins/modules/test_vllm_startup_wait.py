@@ -195,7 +195,7 @@ def _run_api(fake: FakeDocker, answers: list[Any], **extra: Any) -> tuple[dict[s
         return answer
 
     args = {"container": "vllm_glm53", "target_phase": "rendezvous",
-            "api_url": "http://198.51.100.1:8000/v1/models", "poll_interval": 0.001, **extra}
+            "api_url": "http://198.51.100.1:8000", "poll_interval": 0.001, **extra}
     with mock.patch.object(_http, "_open", open_url):
         return _run(args, fake, may_poll=True), calls
 
@@ -205,8 +205,9 @@ def test_a_worker_proves_it_runs_and_the_api_answers_from_it_in_one_call() -> No
     result, calls = _run_api(fake, [URLError("connection refused"), FakeResponse(200)], api_key="sk-test")
     assert result["ok"] is True and result["status"] == "done"
     assert result["api"]["status"] == 200 and result["api"]["error"] is None
-    assert len(calls) == 2
-    assert calls[0]["headers"] == {"Authorization": "Bearer sk-test"}
+    assert result["api"]["url"] == "http://198.51.100.1:8000/v1/models"
+    assert len(calls) == 2 and calls[1]["url"] == "http://198.51.100.1:8000/v1/models"
+    assert calls[0]["headers"] == {"Authorization": "Bearer sk-test", "Accept": "application/json"}
     assert calls[0]["use_proxy"] is False
     assert "sk-test" not in json.dumps(result)
 
