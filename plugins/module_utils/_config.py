@@ -22,6 +22,7 @@ from ansible_collections.dgxspark.vllm.plugins.module_utils import _manifest
 from ansible_collections.dgxspark.vllm.plugins.module_utils import _pins
 from ansible_collections.dgxspark.vllm.plugins.module_utils import _placeholders
 from ansible_collections.dgxspark.vllm.plugins.module_utils import _preflight
+from ansible_collections.dgxspark.vllm.plugins.module_utils import _release
 from ansible_collections.dgxspark.vllm.plugins.module_utils import _tensor_parallel
 from ansible_collections.dgxspark.vllm.plugins.module_utils import _timing
 from ansible_collections.dgxspark.vllm.plugins.module_utils._profiles import (
@@ -575,6 +576,8 @@ def resolve(inputs: Inputs) -> dict[str, Any]:
         "require_pins": explicit.get("require_pins", False),
         # the image role's record of the digest its staging resolved, on each node (read by the launch)
         "image_record_path": _pins.RECORD_PATH,
+        # the cluster's release history on the head (root-only; verify records the known-good release there)
+        "release_history_path": _release.HISTORY_PATH,
         "unpinned": unpinned,
         "settings": {key: value for key, value in render_settings.items() if value is not None},
         "cluster": inputs.cluster,
