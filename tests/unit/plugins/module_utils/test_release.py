@@ -222,7 +222,7 @@ def test_a_symlinked_or_open_file_is_refused(tmp_path):
     link = tmp_path / "releases.json"
     link.symlink_to(real)
     for call in (lambda: rel.read_file(str(link)), lambda: rel.write_file(str(link), "{}")):
-        with pytest.raises(rel.ReleaseError, match="symlink"):
+        with pytest.raises(rel.ReleaseError, match="is a symlink: refused"):
             call()
     open_file = tmp_path / "open.json"
     open_file.write_text("{}")

@@ -77,5 +77,5 @@ def test_another_clusters_history_and_a_symlink_are_refused(head):
         run_module(release_history.main, {"path": str(path), "cluster": "pair_b"})
     link = path.parent / "link.json"
     link.symlink_to(path)
-    with pytest.raises(ModuleFail, match="symlink"):
+    with pytest.raises(ModuleFail, match="is a symlink: refused"):
         run_module(release_history.main, {"path": str(link), "cluster": "pair_a"})
