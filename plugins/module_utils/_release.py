@@ -164,7 +164,8 @@ def build_release(*, image: str, image_record: Mapping[str, Any] | None, model_r
                   stamp: Mapping[str, Any] | None, profile: str, settings: Mapping[str, Any],
                   serve_args: Sequence[str] | None = None, kv_configured: Any = None,
                   verify: Mapping[str, Any] | None = None, cluster: str = "",
-                  image_record_path: str = _pins.RECORD_PATH, stamp_path: str = "the checkpoint stamp") -> dict[str, Any]:
+                  image_record_path: str = _pins.RECORD_PATH,
+                  stamp_path: str = "the checkpoint stamp") -> dict[str, Any]:
     """The release a serving group is, from what the head recorded and the resolved configuration.
 
     ``image_record``: the image staging's record on the head (``_pins.parse_image_record``; None when absent);
@@ -292,7 +293,7 @@ def record(history: Mapping[str, Any], release: Mapping[str, Any], *, now: str, 
     releases = [dict(entry) for entry in history.get("releases") or []]
     old = find(history, str(release["id"]))
     entry = dict(old or {})
-    entry.update({key: value for key, value in release.items()})
+    entry.update(release)
     entry.setdefault("recorded_at", now)
     entry["updated_at"] = now
     entry["known_good"] = bool((old or {}).get("known_good")) or known_good
@@ -342,10 +343,11 @@ def lines(history: Mapping[str, Any]) -> list[str]:
     for entry in history.get("releases") or []:
         item = row(entry, history)
         kv = item["kv_cache_memory_bytes"]
+        marks = f" ({', '.join(item['marks'])})" if item["marks"] else ""
         out.append(f"{item['id']:<13} {item['when'] or '-':<21} {item['image_digest'] or '-':<13} "
                    f"{item['model_commit'] or '-':<13} {item['settings_hash'] or '-':<17} "
                    f"{'-' if kv is None else kv!s:<13} {item['verify']:<23} "
-                   f"{'yes' if item['known_good'] else 'no'}{' (' + ', '.join(item['marks']) + ')' if item['marks'] else ''}")
+                   f"{'yes' if item['known_good'] else 'no'}{marks}")
     if len(out) == 1:
         out.append("(no release recorded yet: one is recorded when verify passes)")
     return out

@@ -126,7 +126,7 @@ def test_record_known_good_appends_newest_last_and_marks_it():
 
 
 def test_the_same_id_again_updates_its_entry_instead_of_a_duplicate():
-    history, _ = rel.record(rel.new_history(), release(1), now="t1", known_good=True)
+    history = rel.record(rel.new_history(), release(1), now="t1", known_good=True)[0]
     history, changed = rel.record(history, dict(release(1), verify=dict(VERIFY, finished="later")), now="t2",
                                   known_good=True)
     assert len(history["releases"]) == 1 and not changed
@@ -136,8 +136,8 @@ def test_the_same_id_again_updates_its_entry_instead_of_a_duplicate():
 
 
 def test_an_older_release_recorded_again_becomes_the_newest_and_serving():
-    history, _ = rel.record(rel.new_history(), release(1), now="t1", known_good=True)
-    history, _ = rel.record(history, release(2), now="t2", known_good=True)
+    history = rel.record(rel.new_history(), release(1), now="t1", known_good=True)[0]
+    history = rel.record(history, release(2), now="t2", known_good=True)[0]
     history, changed = rel.record(history, release(1), now="t3", known_good=True)
     assert changed and [e["id"] for e in history["releases"]] == [release(2)["id"], release(1)["id"]]
     assert history["serving"] == release(1)["id"]
@@ -146,12 +146,12 @@ def test_an_older_release_recorded_again_becomes_the_newest_and_serving():
 def test_keeps_the_last_n_but_never_the_serving_or_the_last_known_good():
     history = rel.new_history()
     for n in range(12):
-        history, _ = rel.record(history, release(n), now=f"t{n}", known_good=True)
+        history = rel.record(history, release(n), now=f"t{n}", known_good=True)[0]
     assert [e["id"] for e in history["releases"]] == [release(n)["id"] for n in range(2, 12)]
     # a release recorded but not known-good (what an upgrade will do) keeps the last known-good beyond N
-    history, _ = rel.record(history, release(99, ok=False), now="t99", known_good=False, keep=2)
+    history = rel.record(history, release(99, ok=False), now="t99", known_good=False, keep=2)[0]
     assert [e["id"] for e in history["releases"]] == [release(11)["id"], release(99)["id"]]
-    history, _ = rel.record(history, release(98, ok=False), now="t98", known_good=False, keep=1)
+    history = rel.record(history, release(98, ok=False), now="t98", known_good=False, keep=1)[0]
     assert [e["id"] for e in history["releases"]] == [release(11)["id"], release(98)["id"]]
     assert rel.last_known_good(history)["id"] == release(11)["id"] and rel.serving(history)["id"] == release(98)["id"]
 
@@ -159,8 +159,8 @@ def test_keeps_the_last_n_but_never_the_serving_or_the_last_known_good():
 def test_a_failed_verify_is_never_recorded_known_good_and_a_mark_is_never_taken_back():
     with pytest.raises(rel.ReleaseError, match="did not pass verify"):
         rel.record(rel.new_history(), release(1, ok=False), now="t", known_good=True)
-    history, _ = rel.record(rel.new_history(), release(1), now="t1", known_good=True)
-    history, _ = rel.record(history, release(1), now="t2", known_good=False)
+    history = rel.record(rel.new_history(), release(1), now="t1", known_good=True)[0]
+    history = rel.record(history, release(1), now="t2", known_good=False)[0]
     assert history["releases"][0]["known_good"] is True
     with pytest.raises(rel.ReleaseError, match="keep"):
         rel.record(history, release(1), now="t", keep=0)
@@ -178,20 +178,20 @@ def test_a_history_that_is_not_one_is_refused_never_replaced(text, words):
 
 def test_parse_round_trip_and_an_empty_file_is_an_empty_history():
     assert rel.parse_history("") == rel.parse_history(None) == rel.new_history()
-    history, _ = rel.record(rel.new_history("pair_a"), release(1), now="t1", known_good=True)
+    history = rel.record(rel.new_history("pair_a"), release(1), now="t1", known_good=True)[0]
     assert rel.parse_history(rel.dumps(history)) == history
 
 
 def test_another_clusters_history_is_refused():
-    history, _ = rel.record(rel.new_history("pair_a"), dict(release(1), cluster="pair_a"), now="t1", known_good=True)
+    history = rel.record(rel.new_history("pair_a"), dict(release(1), cluster="pair_a"), now="t1", known_good=True)[0]
     rel.check_cluster(history, "pair_a")
     with pytest.raises(rel.ReleaseError, match="cluster pair_a, this run's cluster is pair_b"):
         rel.check_cluster(history, "pair_b")
 
 
 def test_rows_lines_and_summary_show_the_history():
-    history, _ = rel.record(rel.new_history(), release(1), now="t1", known_good=True)
-    history, _ = rel.record(history, release(2, ok=False), now="t2", known_good=False)
+    history = rel.record(rel.new_history(), release(1), now="t1", known_good=True)[0]
+    history = rel.record(history, release(2, ok=False), now="t2", known_good=False)[0]
     first, second = (rel.row(e, history) for e in history["releases"])
     assert (first["image_digest"], first["model_commit"], first["known_good"]) == ("a" * 12, f"{1:040x}"[:12], True)
     assert first["marks"] == ["last known-good"] and second["marks"] == ["serving"]
