@@ -237,12 +237,13 @@ def dumps(history: Mapping[str, Any]) -> str:
 
 
 def check_cluster(history: Mapping[str, Any], cluster: str, path: str = HISTORY_PATH) -> None:
-    """Refuse a history that belongs to another cluster (each cluster keeps its own, on its own head)."""
+    """Refuse a history that another named cluster recorded (each cluster keeps its own, on its own head). A history
+    of an unnamed cluster (a single-cluster inventory) is this head's, whatever the inventory now names it."""
     theirs = history.get("cluster") or ""
-    if history.get("releases") and theirs != (cluster or ""):
-        raise ReleaseError(f"{path} holds the history of cluster {theirs or '(unnamed)'!s}, this run's cluster is "
-                           f"{cluster or '(unnamed)'}: each cluster keeps its own history on its own head; check "
-                           "dgxspark_vllm_clusters and the --limit")
+    if history.get("releases") and theirs and cluster and theirs != cluster:
+        raise ReleaseError(f"{path} holds the history of cluster {theirs}, this run's cluster is {cluster}: each "
+                           "cluster keeps its own history on its own head; check dgxspark_vllm_clusters and the "
+                           f"--limit (if this head now serves {cluster}, move the file aside to start its history)")
 
 
 def find(history: Mapping[str, Any], release: str) -> dict[str, Any] | None:
@@ -305,7 +306,7 @@ def record(history: Mapping[str, Any], release: Mapping[str, Any], *, now: str, 
     if good:
         protected.add(good["id"])
     releases = _trim(releases, keep, protected)
-    out = {"format": HISTORY_FORMAT, "cluster": history.get("cluster") or release.get("cluster") or "",
+    out = {"format": HISTORY_FORMAT, "cluster": release.get("cluster") or history.get("cluster") or "",
            "serving": release["id"], "releases": releases}
     changed = (old is None or bool(old.get("known_good")) != entry["known_good"]
                or history.get("serving") != release["id"] or before_order != [item["id"] for item in releases])

@@ -187,6 +187,10 @@ def test_another_clusters_history_is_refused():
     rel.check_cluster(history, "pair_a")
     with pytest.raises(rel.ReleaseError, match="cluster pair_a, this run's cluster is pair_b"):
         rel.check_cluster(history, "pair_b")
+    # a single cluster's history (unnamed) stays the head's when the inventory names its cluster
+    unnamed = rel.record(rel.new_history(), release(1), now="t1", known_good=True)[0]
+    rel.check_cluster(unnamed, "pair_a")
+    assert rel.record(unnamed, dict(release(2), cluster="pair_a"), now="t2", known_good=True)[0]["cluster"] == "pair_a"
 
 
 def test_rows_lines_and_summary_show_the_history():
