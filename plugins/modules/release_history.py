@@ -21,7 +21,7 @@ description:
     known-good; the same id again updates its entry (its verify result and time) instead of adding another.
   - A part that cannot be known (no image record, no stamp, a record of another image or repository) fails, naming
     it and the staging step that writes it. A history file that is a symlink, not root's, open to group or others,
-    in a folder that is not root's alone, not a history, or another cluster's is refused and left as it is.
+    in a folder that is not root's alone, not a history, or another named cluster's is refused and left as it is.
 author:
   - dgxspark.vllm contributors (@dgxspark)
 options:
