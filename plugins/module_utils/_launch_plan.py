@@ -117,7 +117,7 @@ class Plan:
                 "attempt": self.state.get("attempt", 0), "kv": self.state.get("kv", {}),
                 "max_model_len": self.state.get("max_model_len"), "notes": list(self.state.get("notes", [])),
                 "image": dict(self.state.get("image", {})),
-                "serving": dict(self.state.get("serving", {}))}
+                "serving": dict(self.state.get("serving", {})), "steps": list(self.state.get("steps", []))}
 
 
 Render = Callable[[Mapping[str, Any]], "dict[str, dict[str, Any]]"]
@@ -430,7 +430,9 @@ def plan(config: Mapping[str, Any], nodes: Mapping[str, Mapping[str, Any]], rend
     def finish(step: str, specs: dict[str, dict[str, Any]], kv: _Kv, message: str = "", stop_first: bool = False,
                any_exists: bool = True) -> Plan:
         head_command = specs[order[0]]["container"]["command"]
-        state.update(step=step, kv=kv.as_dict(), max_model_len=max_model_len_text(head_command))
+        # every step this launch planned, in order: the last plan tells the whole path (["nothing", "done"])
+        state.update(step=step, kv=kv.as_dict(), max_model_len=max_model_len_text(head_command),
+                     steps=[*state.get("steps", []), step])
         state["kv"]["text"] = kv_source_text(state["kv"], calibration.record_path)
         return Plan(step, specs, state, message, stop_first, any_exists,
                     resolver.cache if resolver.changed else None)

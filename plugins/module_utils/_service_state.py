@@ -35,6 +35,36 @@ def unit_state(name: str, properties: Mapping[str, str]) -> dict[str, Any]:
             "loaded": load == "loaded", "running": active == "active", "enabled": enabled == "enabled"}
 
 
+class ServiceFilesError(ValueError):
+    """A list of files that cannot be read as asked (a name given to two files, an empty name)."""
+
+
+def check_names(files: Sequence[Mapping[str, Any]], where: str) -> None:
+    """Each file's optional ``name`` is its key in the result's mapping (``by_name``): not empty, and given to one file
+    of ``files`` only. ServiceFilesError names every problem at once (``where``: the option, e.g. ``also.files``)."""
+    problems: list[str] = []
+    paths: dict[str, list[str]] = {}
+    for item in files:
+        name = item.get("name")
+        if name is None:
+            continue
+        if not isinstance(name, str) or not name.strip():
+            problems.append(f"{where}: the name of {item.get('path')} is empty: give it a name or leave name out")
+            continue
+        paths.setdefault(name, []).append(str(item.get("path")))
+    for name, given in paths.items():
+        if len(given) > 1:
+            problems.append(f"{where}: the name {name!r} is given to {len(given)} files ({', '.join(given)}): "
+                            "give each its own")
+    if problems:
+        raise ServiceFilesError("; ".join(problems))
+
+
+def by_name(files: Sequence[Mapping[str, Any]], states: Sequence[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    """The states of the files given a ``name`` (``states`` in the order of ``files``), by that name."""
+    return {item["name"]: state for item, state in zip(files, states) if item.get("name") is not None}
+
+
 def file_state(path: str, data: bytes | None, wanted: str | None, read: bool) -> dict[str, Any]:
     """One file: whether it exists, its SHA-256, whether it holds exactly ``wanted`` (None when no content was
     given) and, with ``read``, its text (None when absent)."""

@@ -156,6 +156,15 @@ serving:
   returned: success
   type: dict
   sample: {"spark-a": "2026-12-01T07:05:12.123456789Z", "spark-b": "2026-12-01T07:04:40.987654321Z"}
+steps:
+  description:
+    - Every step this launch planned so far, in order, this one last - the launch's path in one list. A group found
+      serving and answering is C([done]); one found serving that had to be checked first is C([nothing, done]); a
+      cold start C([start, done]), with a KV calibration C([calibrate, start, done]).
+  returned: success
+  type: list
+  elements: str
+  sample: ["calibrate", "start", "done"]
 state:
   description: What the next call continues from (pass it as O(previous)).
   returned: success

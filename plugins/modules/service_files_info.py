@@ -45,6 +45,12 @@ options:
         description: The file's path on the node.
         type: path
         required: true
+      name:
+        description:
+          - The file's key in RV(by_name), so that a caller reads it by name (C(result.by_name.config.matches)),
+            not by its position in RV(files). Not empty, and given to one file only.
+          - Omitted, the file is in RV(files) only.
+        type: str
       content:
         description:
           - The planned content. The file must hold exactly these bytes (UTF-8) for RV(current) to be true.
@@ -76,6 +82,11 @@ options:
             description: Where the file is on the node (read, never compared).
             type: path
             required: true
+          name:
+            description:
+              - The file's key in RV(also.by_name). Not empty, and given to one file of C(also.files) only.
+              - Omitted, the file is in RV(also.files) only.
+            type: str
           read:
             description: Return its text in RV(also) (small text files only).
             type: bool
@@ -94,7 +105,8 @@ attributes:
     details: Never changes anything; always reports no change.
 notes:
   - A unit that systemd does not know is reported in RV(unit) with C(loaded) false, not as an error. The module fails
-    only when C(systemctl) is missing (with a unit to read) or a file exists and cannot be read.
+    only when C(systemctl) is missing (with a unit to read), a file exists and cannot be read, or a file's C(name)
+    is empty or given to two files (before anything is read).
 seealso:
   - module: ansible.builtin.systemd_service
 """
@@ -106,11 +118,20 @@ EXAMPLES = r"""
     files:
       - path: /etc/dgxspark/cache-flush-follow.json
         content: "{{ lookup('ansible.builtin.template', 'cache-flush.json.j2') }}"
+        name: config
+    also:
+      files:
+        - {path: /var/lib/dgxspark-guard/state.json, read: true, name: guard_state}
   register: flush_now
 
 - name: Install only when something differs
   ansible.builtin.include_tasks: install.yml
   when: not flush_now.current
+
+- name: Write the configuration again only when it differs
+  ansible.builtin.debug:
+    msg: "the configuration differs (the guard's state file exists: {{ flush_now.also.by_name.guard_state.exists }})"
+  when: not flush_now.by_name.config.matches
 """
 
 RETURN = r"""
@@ -140,20 +161,43 @@ files:
   type: list
   elements: dict
   sample: [{path: /etc/dgxspark/cache-flush-follow.json, exists: true, sha256: "9f2c...", matches: true}]
-also:
-  description: What O(also) asked for, C(units) by name (each as in RV(unit)) and C(files) in order (each as in
-    RV(files), C(matches) null). Empty when O(also) is not given.
+by_name:
+  description: The entries of RV(files) whose O(files) item has a C(name), by that name (the same entries). Empty
+    when no file has a name.
   returned: always
   type: dict
+  sample: {config: {path: /etc/dgxspark/cache-flush-follow.json, exists: true, sha256: "9f2c...", matches: true}}
+also:
+  description: What O(also) asked for, C(units) by name (each as in RV(unit)), C(files) in order (each as in
+    RV(files), C(matches) null) and C(by_name), the entries of C(files) whose item has a C(name), by that name.
+    Empty lists and mappings when O(also) is not given.
+  returned: always
+  type: dict
+  contains:
+    units:
+      description: Each unit of O(also.units), by its name, as in RV(unit).
+      type: dict
+      returned: always
+    files:
+      description: One entry per O(also.files) item, in order, as in RV(files) (C(matches) null).
+      type: list
+      elements: dict
+      returned: always
+    by_name:
+      description: The entries of C(files) whose O(also.files) item has a C(name), by that name.
+      type: dict
+      returned: always
   sample: {units: {dgxspark-group-guard.service: {name: dgxspark-group-guard.service, loaded: true, running: true,
                                                    enabled: true}},
-           files: [{path: /etc/dgxspark/guard.json, exists: true, sha256: "1c0e...", matches: null, content: "{}"}]}
+           files: [{path: /etc/dgxspark/guard.json, exists: true, sha256: "1c0e...", matches: null, content: "{}"}],
+           by_name: {guard_config: {path: /etc/dgxspark/guard.json, exists: true, sha256: "1c0e...", matches: null,
+                                    content: "{}"}}}
 """
 
 from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.dgxspark.vllm.plugins.module_utils._service_state import (
-    UNIT_PROPERTIES, differences, file_state, parse_show, unit_state)
+    UNIT_PROPERTIES, ServiceFilesError, by_name, check_names, differences, file_state, parse_show, unit_state)
 
 
 def _read(module: AnsibleModule, path: str) -> bytes | None:
@@ -184,6 +228,7 @@ def main() -> None:
             "enabled": {"type": "bool", "default": True},
             "files": {"type": "list", "elements": "dict", "default": [], "options": {
                 "path": {"type": "path", "required": True},
+                "name": {"type": "str"},
                 "content": {"type": "str"},
                 "read": {"type": "bool", "default": False},
             }},
@@ -191,21 +236,28 @@ def main() -> None:
                 "units": {"type": "list", "elements": "str", "default": []},
                 "files": {"type": "list", "elements": "dict", "default": [], "options": {
                     "path": {"type": "path", "required": True},
+                    "name": {"type": "str"},
                     "read": {"type": "bool", "default": False},
                 }},
             }},
         },
         supports_check_mode=True,
     )
+    also = module.params["also"]   # the argument spec fills in units and files (empty lists) when not given
+    try:
+        check_names(module.params["files"], "files")
+        check_names(also["files"], "also.files")
+    except ServiceFilesError as exc:
+        module.fail_json(msg=str(exc))
     unit = _unit(module, module.params["unit"]) if module.params["unit"] else None
     files = [file_state(item["path"], _read(module, item["path"]), item["content"], item["read"])
              for item in module.params["files"]]
     found = differences(unit, files, module.params["running"], module.params["enabled"])
-    also = module.params["also"]   # the argument spec fills in units and files (empty lists) when not given
-    also_read = {"units": {name: _unit(module, name) for name in also["units"]},
-                 "files": [file_state(item["path"], _read(module, item["path"]), None, item["read"])
-                           for item in also["files"]]}
-    module.exit_json(changed=False, current=not found, differences=found, unit=unit, files=files, also=also_read)
+    also_files = [file_state(item["path"], _read(module, item["path"]), None, item["read"]) for item in also["files"]]
+    also_read = {"units": {name: _unit(module, name) for name in also["units"]}, "files": also_files,
+                 "by_name": by_name(also["files"], also_files)}
+    module.exit_json(changed=False, current=not found, differences=found, unit=unit, files=files,
+                     by_name=by_name(module.params["files"], files), also=also_read)
 
 
 if __name__ == "__main__":

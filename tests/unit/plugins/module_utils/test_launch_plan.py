@@ -248,6 +248,7 @@ def test_calibration_starts_with_the_smallest_auto_sized_kv_records_it_once_and_
 
     done = run(cfg, states, calibrated.cache, calibrated, good_start(*READY))
     assert (done.step, done.cache) == ("done", None)    # recorded once, by the calibration
+    assert (first.as_result()["steps"], done.as_result()["steps"]) == (["calibrate"], ["calibrate", "start", "done"])
     assert done.message == (f"KV cache: {budget} bytes (calibrated now (cpu_auto, policy requested, per node "
                             f'{{"{HEAD}": {budget}, "{WORKER}": {budget}}}), recorded for key {key}); {REPORT_READY} '
                             "at max-model-len 4096.")
@@ -342,6 +343,8 @@ def test_a_group_found_serving_and_answering_is_done_after_one_read() -> None:
     # the same report as the longer way (nothing, the API check, /metrics, plan again)
     longer = run(cfg, states, cache, run(cfg, states, cache), None, metrics)
     assert longer.as_result()["serving"] == {HEAD: started, WORKER: started}
+    # the path each took: one plan, or the API check and /metrics in between
+    assert (done.as_result()["steps"], longer.as_result()["steps"]) == (["done"], ["nothing", "done"])
     assert done.message == longer.message == (
         f"KV cache: {ONE_GIB} bytes (recorded {EARLIER} in {RECORD} for key {key}); 4194304 "
         "tokens (from the engine's /metrics) at max-model-len 4096.")
@@ -711,7 +714,7 @@ def test_the_result_carries_the_step_and_what_the_next_call_needs() -> None:
     cfg, states = config(), nodes()
     result = run(cfg, states).as_result()
     assert set(result) == {"step", "specs", "state", "message", "stop_first", "any_exists", "attempt", "kv",
-                           "max_model_len", "notes", "serving", "image"}
+                           "max_model_len", "notes", "serving", "image", "steps"}
     assert (result["step"], result["attempt"], result["max_model_len"], result["notes"]) == ("calibrate", 1, "4096",
                                                                                              [])
     assert result["kv"] == result["state"]["kv"]

@@ -4,11 +4,12 @@
 from __future__ import annotations
 
 import hashlib
+import re
 
 import pytest
 
 from ansible_collections.dgxspark.vllm.plugins.module_utils._service_state import (
-    differences, file_state, parse_show, unit_state)
+    ServiceFilesError, by_name, check_names, differences, file_state, parse_show, unit_state)
 
 # systemctl show --property=LoadState --property=ActiveState --property=UnitFileState, as systemd 252 prints it
 RUNNING = "LoadState=loaded\nActiveState=active\nUnitFileState=enabled\n"
@@ -77,3 +78,25 @@ def test_a_unit_planned_running_but_not_enabled_at_boot() -> None:
     # not installed is a difference whatever the plan
     assert differences(unit_state(UNIT, parse_show(UNKNOWN)), [], running=False, enabled=False) == [
         f"the unit {UNIT} is not installed (not-found)"]
+
+
+def test_files_given_a_name_are_found_by_it_and_the_others_only_in_the_list() -> None:
+    files = [{"path": "/a", "name": "program"}, {"path": "/b"}, {"path": "/c", "name": "unit"}]
+    states = [file_state(item["path"], b"x", None, False) for item in files]
+    check_names(files, "files")
+    found = by_name(files, states)
+    assert list(found) == ["program", "unit"]
+    assert found["program"] is states[0] and found["unit"] is states[2]
+    assert by_name([{"path": "/a", "name": None}], states[:1]) == {}
+
+
+@pytest.mark.parametrize(("files", "message"), [
+    ([{"path": "/a", "name": "key"}, {"path": "/b", "name": "key"}, {"path": "/c", "name": "key"}],
+     "also.files: the name 'key' is given to 3 files (/a, /b, /c): give each its own"),
+    ([{"path": "/a", "name": " "}], "also.files: the name of /a is empty"),
+    ([{"path": "/a", "name": ""}, {"path": "/b", "name": "x"}, {"path": "/c", "name": "x"}],
+     "the name of /a is empty: give it a name or leave name out; also.files: the name 'x' is given to 2 files"),
+])
+def test_a_name_given_twice_or_empty_is_refused_with_every_problem(files: list, message: str) -> None:
+    with pytest.raises(ServiceFilesError, match=re.escape(message)):
+        check_names(files, "also.files")

@@ -66,10 +66,36 @@ def test_what_it_reads_alongside_never_makes_it_not_current(tmp_path: Path) -> N
 def test_without_also_the_result_has_an_empty_one(tmp_path: Path) -> None:
     result, asked = _run({"unit": "flush.service"}, {"flush.service": MISSING})
     assert asked == ["flush.service"]
-    assert result["also"] == {"units": {}, "files": []}
+    assert result["also"] == {"units": {}, "files": [], "by_name": {}}
     assert result["current"] is False and "not installed" in result["differences"][0]
 
 
 def test_a_unit_systemctl_cannot_show_fails_naming_it() -> None:
     with pytest.raises(ModuleFail, match="systemctl show guard.service failed on this node: Failed to connect"):
         _run({"also": {"units": ["guard.service"]}}, {})
+
+
+def test_files_are_returned_by_name_too(tmp_path: Path) -> None:
+    program = tmp_path / "flush.py"
+    program.write_text("print()")
+    key = tmp_path / "key.pub"
+    key.write_text("ssh-ed25519 AAAA")
+    result, _asked = _run({"files": [{"path": str(program), "content": "print()", "name": "program"},
+                                     {"path": str(tmp_path / "absent.json"), "content": "{}"}],
+                           "also": {"files": [{"path": str(tmp_path / "lock")},
+                                              {"path": str(key), "read": True, "name": "public_key"}]}}, {})
+    assert result["by_name"] == {"program": result["files"][0]}
+    assert result["by_name"]["program"]["matches"] is True
+    assert result["also"]["by_name"] == {"public_key": result["also"]["files"][1]}
+    assert result["also"]["by_name"]["public_key"]["content"] == "ssh-ed25519 AAAA"
+
+
+def test_without_names_the_mappings_are_empty(tmp_path: Path) -> None:
+    result, _asked = _run({"files": [{"path": str(tmp_path / "a")}]}, {})
+    assert result["by_name"] == {} and result["also"]["by_name"] == {}
+
+
+def test_a_name_given_twice_fails_before_anything_is_read(tmp_path: Path) -> None:
+    with pytest.raises(ModuleFail, match="also.files: the name 'key' is given to 2 files"):
+        _run({"unit": "flush.service", "also": {"files": [{"path": str(tmp_path / "a"), "name": "key"},
+                                                          {"path": str(tmp_path / "b"), "name": "key"}]}}, {})
