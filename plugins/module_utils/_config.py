@@ -21,6 +21,7 @@ from ansible_collections.dgxspark.vllm.plugins.module_utils import _kit
 from ansible_collections.dgxspark.vllm.plugins.module_utils import _manifest
 from ansible_collections.dgxspark.vllm.plugins.module_utils import _pins
 from ansible_collections.dgxspark.vllm.plugins.module_utils import _placeholders
+from ansible_collections.dgxspark.vllm.plugins.module_utils import _regression
 from ansible_collections.dgxspark.vllm.plugins.module_utils import _preflight
 from ansible_collections.dgxspark.vllm.plugins.module_utils import _release
 from ansible_collections.dgxspark.vllm.plugins.module_utils import _tensor_parallel
@@ -111,6 +112,10 @@ VARIABLES: Mapping[str, Variable] = {var.name: var for var in (
     _v("api_key_file", kind="path", example="/etc/dgxspark/api-key"),
     # the group guard's Prometheus endpoint on the head (0: none); the firewall admits it from the API's networks only
     _v("guard_metrics_port", kind="port", example="9478"),
+    # How far verify's short benchmark may fall behind the last known-good release's baseline (_regression), in %.
+    _v("regression_decode_drop_percent", kind="percent", example="10"),
+    _v("regression_ttft_rise_percent", kind="percent", example="25"),
+    _v("regression_throughput_drop_percent", kind="percent", example="10"),
     # How a start is watched and stopped (the timing part of the fact; _timing): one value for every role.
     _v("budgets", kind="timing", example="{api_up: 1800}"),
     _v("poll_interval", kind="timing", example="2"),
@@ -406,6 +411,12 @@ def _check_plain(name: str, var: Variable, value: Any, problems: list[str]) -> A
             if network not in networks:
                 networks.append(network)
         return networks
+    if var.kind == "percent":
+        try:
+            return _regression.check_threshold(name[len("regression_"):], value, full)
+        except _regression.RegressionError as exc:
+            problems.append(str(exc))
+            return _MISSING
     if var.kind == "dict":
         if not isinstance(value, Mapping):
             problems.append(f"{full} must be a mapping, got {value!r} (e.g. {_fix(full, var.example)})")
@@ -585,6 +596,9 @@ def resolve(inputs: Inputs) -> dict[str, Any]:
         "workers": list(inputs.workers),
         "nodes": nodes,
         "head_cx7_ip": nodes[head]["cx7_ip"],
+        # how far verify's short benchmark may fall behind the last known-good's baseline, in percent
+        "regression": {key: explicit.get("regression_" + key, default)
+                       for key, default in _regression.DEFAULT_THRESHOLDS.items()},
         # how a start is watched and stopped: the launch, the EXL3 kit, the cluster's stop and the guard read these
         "timing": timing,
     }
@@ -597,6 +611,8 @@ def resolve(inputs: Inputs) -> dict[str, Any]:
     for key in ("lab", "accept_noncommercial_drafter", "staging_lock_path", "secure_logging", "profile", "guard",
                 "firewall", "require_api_key", "api_key_file", "require_pins", "guard_metrics_port"):
         sources.setdefault(key, "default")
+    for key in _regression.DEFAULT_THRESHOLDS:
+        sources.setdefault("regression_" + key, "default")
     sources.setdefault("api_allowed_cidrs", "default (the controller's address and the nodes)")
     sources["profile"] = sources.get("profile") if "profile" in explicit else "default"
     sources.update({f"timing.{key}": source for key, source in timing_sources.items()})

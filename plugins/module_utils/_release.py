@@ -20,7 +20,12 @@ serving group gets the same id on every run and every controller. The **history*
 
     {"format": 1, "cluster": "", "serving": "<id>",
      "releases": [{"id": ..., "known_good": true, "known_good_at": ..., "recorded_at": ..., "updated_at": ...,
-                   "image": {...}, "model": {...}, ...}, ...]}
+                   "image": {...}, "model": {...}, ..., "baseline": {...}}, ...]}
+
+A release's ``baseline`` is verify's short benchmark (``_bench.baseline_from``: decode tok/s at concurrency 1, TTFT
+p50 and output tok/s at the configured concurrency, the parameters, when, how long); records written before
+baselines have none and stay valid. A release that regressed against the last known-good's baseline
+(``_regression.compare``) keeps the comparison as ``regression`` and is not known-good.
 
 Newest last; recording an id already there updates its entry and moves it last; the last ``keep`` are kept, but
 never at the cost of the serving release or the last known-good one.
@@ -280,16 +285,23 @@ def _trim(releases: list[dict[str, Any]], keep: int, protected: Collection[str])
 
 
 def record(history: Mapping[str, Any], release: Mapping[str, Any], *, now: str, known_good: bool = False,
-           keep: int = DEFAULT_KEEP) -> tuple[dict[str, Any], bool]:
+           keep: int = DEFAULT_KEEP, baseline: Mapping[str, Any] | None = None,
+           regression: Mapping[str, Any] | None = None) -> tuple[dict[str, Any], bool]:
     """The history with ``release`` recorded as serving (and known-good with ``known_good``), and whether that moved
-    anything that matters: a new release, a known-good mark, the serving release, the order, a release dropped.
+    anything that matters: a new release, a known-good mark, the serving release, the order, a release dropped, a
+    regression found or cleared.
 
-    The same id again updates its entry (its verify result, ``updated_at``; a known-good mark is never taken back)
-    and makes it the newest; that refresh alone is not a change. known_good needs the release's verify ok.
+    The same id again updates its entry (its verify result, its baseline, ``updated_at``) and makes it the newest;
+    that refresh alone is not a change. known_good needs the release's verify ok. A known-good mark is taken back
+    only by a regression (``regression`` with ``regressed`` true: the release was measured slower than the last
+    known-good, ``_regression.compare``): the entry then keeps the comparison as ``regression`` and is not
+    known-good, whatever ``known_good`` says. ``baseline`` (``_bench.baseline_from``) replaces the entry's baseline:
+    a known-good release's baseline is its newest measurement that passed.
     """
     if keep < 1:
         raise ReleaseError(f"keep is {keep}: the history keeps at least the serving release (keep >= 1)")
-    if known_good and not (release.get("verify") or {}).get("ok") is True:
+    regressed = bool(regression and regression.get("regressed"))
+    if known_good and not regressed and not (release.get("verify") or {}).get("ok") is True:
         raise ReleaseError(f"release {release.get('id')} did not pass verify: it is not recorded as known-good")
     releases = [dict(entry) for entry in history.get("releases") or []]
     old = find(history, str(release["id"]))
@@ -297,8 +309,15 @@ def record(history: Mapping[str, Any], release: Mapping[str, Any], *, now: str, 
     entry.update(release)
     entry.setdefault("recorded_at", now)
     entry["updated_at"] = now
-    entry["known_good"] = bool((old or {}).get("known_good")) or known_good
-    entry["known_good_at"] = (old or {}).get("known_good_at") or (now if known_good else None)
+    if baseline is not None:
+        entry["baseline"] = dict(baseline)
+    if regressed:
+        entry["known_good"], entry["known_good_at"] = False, None
+        entry["regression"] = dict(regression or {}, found_at=now)
+    else:
+        entry.pop("regression", None)
+        entry["known_good"] = bool((old or {}).get("known_good")) or known_good
+        entry["known_good_at"] = (old or {}).get("known_good_at") or (now if known_good else None)
     before_order = [item.get("id") for item in releases]
     releases = [item for item in releases if item.get("id") != release["id"]] + [entry]
     protected = {release["id"]}
@@ -309,6 +328,7 @@ def record(history: Mapping[str, Any], release: Mapping[str, Any], *, now: str, 
     out = {"format": HISTORY_FORMAT, "cluster": release.get("cluster") or history.get("cluster") or "",
            "serving": release["id"], "releases": releases}
     changed = (old is None or bool(old.get("known_good")) != entry["known_good"]
+               or bool(old.get("regression")) != regressed
                or history.get("serving") != release["id"] or before_order != [item["id"] for item in releases])
     return out, changed
 
@@ -323,7 +343,8 @@ def row(entry: Mapping[str, Any], history: Mapping[str, Any]) -> dict[str, Any]:
     verify = entry.get("verify") or {}
     good = last_known_good(history)
     marks = [mark for mark, on in (("serving", history.get("serving") == entry.get("id")),
-                                   ("last known-good", bool(good) and good.get("id") == entry.get("id"))) if on]
+                                   ("last known-good", bool(good) and good.get("id") == entry.get("id")),
+                                   ("regressed", bool((entry.get("regression") or {}).get("regressed")))) if on]
     return {
         "id": entry.get("id"),
         "when": entry.get("updated_at") or entry.get("recorded_at"),
@@ -334,7 +355,17 @@ def row(entry: Mapping[str, Any], history: Mapping[str, Any]) -> dict[str, Any]:
         "verify": ("ok " if verify.get("ok") else "failed ") + str(verify.get("finished") or ""),
         "known_good": bool(entry.get("known_good")),
         "marks": marks,
+        "baseline": baseline_text(entry.get("baseline")),
     }
+
+
+def baseline_text(baseline: Any) -> str:
+    """A release's baseline in a few words ("" when it has none): decode tok/s at 1, TTFT p50 and output tok/s at
+    the concurrency it was measured at."""
+    if not isinstance(baseline, Mapping):
+        return ""
+    return (f"decode {baseline.get('decode_tok_s')} tok/s, TTFT p50 {baseline.get('ttft_ms_p50')} ms and "
+            f"{baseline.get('output_throughput')} tok/s out at concurrency {baseline.get('concurrency')}")
 
 
 def lines(history: Mapping[str, Any]) -> list[str]:
@@ -348,7 +379,8 @@ def lines(history: Mapping[str, Any]) -> list[str]:
         out.append(f"{item['id']:<13} {item['when'] or '-':<21} {item['image_digest'] or '-':<13} "
                    f"{item['model_commit'] or '-':<13} {item['settings_hash'] or '-':<17} "
                    f"{'-' if kv is None else kv!s:<13} {item['verify']:<23} "
-                   f"{'yes' if item['known_good'] else 'no'}{marks}")
+                   f"{'yes' if item['known_good'] else 'no'}{marks}"
+                   f"{'; baseline: ' + item['baseline'] if item['baseline'] else ''}")
     if len(out) == 1:
         out.append("(no release recorded yet: one is recorded when verify passes)")
     return out
@@ -366,7 +398,9 @@ def describe(entry: Mapping[str, Any] | None) -> str:
             f"{str(model.get('commit') or '')[:SHORT]}, profile {entry.get('profile')} settings "
             f"{entry.get('settings_hash')}, KV {'engine-sized' if kv is None else kv}, verify "
             f"{'ok' if verify.get('ok') else 'failed'} {verify.get('finished') or ''}"
-            f"{', known-good' if entry.get('known_good') else ', not known-good'})")
+            f"{', known-good' if entry.get('known_good') else ', not known-good'}"
+            f"{', regressed' if (entry.get('regression') or {}).get('regressed') else ''}"
+            f"{', baseline ' + baseline_text(entry.get('baseline')) if entry.get('baseline') else ''})")
 
 
 def summary(history: Mapping[str, Any]) -> str:

@@ -19,6 +19,11 @@ description:
   - V(query) reads the history. V(known_good) builds the serving release from the head's image record
     (O(image_record_path)), the checkpoint stamp (O(stamp_path)) and the given settings, and records it as serving and
     known-good; the same id again updates its entry (its verify result and time) instead of adding another.
+  - With O(baseline) (verify's short benchmark), the release is recorded with it. When the history's last known-good
+    release is another release whose baseline was measured with the same parameters, the two are compared with the
+    thresholds of O(regression) first; a release that regressed is recorded as serving but B(not) known-good (its
+    entry keeps the comparison as C(regression)), and RV(regression) says which figures regressed. The module does
+    not fail for a regression; the caller does (the verify role fails the play with RV(regression.message)).
   - A part that cannot be known (no image record, no stamp, a record of another image or repository) fails, naming
     it and the staging step that writes it. A history file that is a symlink, not root's, open to group or others,
     in a folder that is not root's alone, not a history, or another named cluster's is refused and left as it is.
@@ -74,6 +79,32 @@ options:
     description: The verify result (C(ok), C(finished), C(report)). Required with O(state=known_good); C(ok) must be
       true.
     type: dict
+  baseline:
+    description:
+      - The short benchmark's figures (C(decode_tok_s), C(ttft_ms_p50), C(output_throughput), all positive), its
+        C(concurrency), the C(params) it was measured with, C(measured_at) and C(duration_s), as
+        M(dgxspark.vllm.vllm_benchmark_baseline) returns them in RV(dgxspark.vllm.vllm_benchmark_baseline#module:baseline).
+      - Stored in the release's entry; omitted, the entry keeps the baseline it had (records without one stay valid)
+        and nothing is compared.
+    type: dict
+  regression:
+    description:
+      - The regression thresholds, in percent of the last known-good's baseline (C(dgxspark_vllm_config.regression)).
+        A figure that moves by more than its threshold is a regression.
+    type: dict
+    suboptions:
+      decode_drop_percent:
+        description: How far decode tok/s at concurrency 1 may fall (above 0, below 100).
+        type: float
+        default: 10
+      ttft_rise_percent:
+        description: How far TTFT p50 at the configured concurrency may rise (above 0).
+        type: float
+        default: 25
+      throughput_drop_percent:
+        description: How far output tok/s at the configured concurrency may fall (above 0, below 100).
+        type: float
+        default: 10
 extends_documentation_fragment:
   - dgxspark.vllm.attributes
 attributes:
@@ -102,6 +133,8 @@ EXAMPLES = r"""
     settings: "{{ dgxspark_vllm_config.settings }}"
     serve_args: ["--kv-cache-memory-bytes", "45175492096"]
     verify: {ok: true, finished: "2026-12-05T05:00:00Z", report: /home/me/dgxspark-vllm/verify/verify-x.json}
+    baseline: "{{ verify_benchmark }}"
+    regression: "{{ dgxspark_vllm_config.regression }}"
   delegate_to: "{{ dgxspark_vllm_config.head }}"
   run_once: true
 
@@ -151,6 +184,17 @@ summary:
   returned: always
   type: str
   sample: "serving release: 3f2a9c1e0b7d (image sha256:..., ...); last known-good: the serving release"
+regression:
+  description:
+    - The comparison with the last known-good release's baseline. C(compared) false (and C(reason) why) when there
+      was nothing to compare - no O(baseline), no known-good release, the serving release is the last known-good, its
+      baseline is missing or was measured with other parameters.
+    - C(figures) lists each figure (C(name), C(label), C(baseline), C(now), C(change_percent), C(threshold),
+      C(regressed)); C(message) names each figure that regressed, with both values and the threshold.
+  returned: state is known_good
+  type: dict
+  sample: {compared: true, regressed: true, against: 3f2a9c1e0b7d, reason: regressed against the last known-good
+           release 3f2a9c1e0b7d, figures: [], message: "release 9a... regressed against ..."}
 msg:
   description: What was done (or would be, in check mode).
   returned: always
@@ -161,7 +205,7 @@ import time
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.dgxspark.vllm.plugins.module_utils import _pins, _release as rel
+from ansible_collections.dgxspark.vllm.plugins.module_utils import _pins, _regression as reg, _release as rel
 from ansible_collections.dgxspark.vllm.plugins.module_utils._node_state import NodeStateError, parse_stamp
 
 
@@ -195,6 +239,13 @@ def main() -> None:
             serve_args=dict(type="list", elements="str"),
             kv_cache_memory_bytes=dict(type="raw"),
             verify=dict(type="dict"),
+            baseline=dict(type="dict"),
+            regression=dict(type="dict", options=dict(
+                decode_drop_percent=dict(type="float", default=reg.DEFAULT_THRESHOLDS["decode_drop_percent"]),
+                ttft_rise_percent=dict(type="float", default=reg.DEFAULT_THRESHOLDS["ttft_rise_percent"]),
+                throughput_drop_percent=dict(type="float",
+                                             default=reg.DEFAULT_THRESHOLDS["throughput_drop_percent"]),
+            )),
         ),
         required_if=[("state", "known_good", ("image", "model_repo", "stamp_path", "profile", "settings", "verify"))],
         supports_check_mode=True,
@@ -210,6 +261,7 @@ def main() -> None:
             raise rel.ReleaseError(f"keep is {p['keep']}: the history keeps at least the serving release")
         if (p["verify"] or {}).get("ok") is not True:
             raise rel.ReleaseError("verify did not pass: nothing is recorded as known-good")
+        thresholds = reg.check_thresholds(p["regression"])
         try:
             record = _pins.parse_image_record(_read_text(p["image_record_path"]))
             stamp = parse_stamp(_read_text(p["stamp_path"]), p["stamp_path"])
@@ -224,13 +276,19 @@ def main() -> None:
                                  **_view(history, path))
             raise
         now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
-        history, changed = rel.record(history, release, now=now, known_good=True, keep=p["keep"])
+        if p["baseline"] is not None:
+            p["baseline"]["measured_at"] = p["baseline"].get("measured_at") or now
+        regression = reg.compare(release["id"], p["baseline"], rel.last_known_good(history), thresholds)
+        history, changed = rel.record(history, release, now=now, known_good=not regression["regressed"],
+                                      keep=p["keep"], baseline=p["baseline"], regression=regression)
         rel.write_file(path, rel.dumps(history), check_mode=module.check_mode)
-    except (rel.ReleaseError, OSError) as exc:
+    except (rel.ReleaseError, reg.RegressionError, OSError) as exc:
         module.fail_json(msg=f"{path}: {exc}", path=path)
     verb = "would record" if module.check_mode else "recorded"
-    module.exit_json(changed=changed, release=rel.find(history, release["id"]),
-                     msg=f"{verb} release {release['id']} as serving and known-good in {path}", **_view(history, path))
+    what = ("serving, NOT known-good (it regressed against the last known-good release "
+            f"{regression['against']})" if regression["regressed"] else "serving and known-good")
+    module.exit_json(changed=changed, release=rel.find(history, release["id"]), regression=regression,
+                     msg=f"{verb} release {release['id']} as {what} in {path}", **_view(history, path))
 
 
 if __name__ == "__main__":

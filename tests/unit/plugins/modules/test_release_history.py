@@ -79,3 +79,52 @@ def test_another_clusters_history_and_a_symlink_are_refused(head):
     link.symlink_to(path)
     with pytest.raises(ModuleFail, match="is a symlink: refused"):
         run_module(release_history.main, {"path": str(link), "cluster": "pair_a"})
+
+
+PARAMS = {"input_tokens": 64, "output_tokens": 32, "decode_prompts": 2, "concurrency": 4, "prompts": 8}
+# figures recorded by the lab's short benchmark (CPU engines, concurrency 4)
+GOOD = {"decode_tok_s": 18.4, "ttft_ms_p50": 210.0, "output_throughput": 41.2, "concurrency": 4, "params": PARAMS,
+        "measured_at": "2026-12-05T05:00:00Z", "duration_s": 38.0}
+# the same release served one sequence at a time (max_num_seqs 1): the four requests queue
+ONE_AT_A_TIME = dict(GOOD, decode_tok_s=18.1, ttft_ms_p50=1630.0, output_throughput=17.9,
+                     measured_at="2026-12-05T06:00:00Z")
+
+
+def test_a_baseline_is_recorded_and_a_regressed_release_is_serving_but_not_known_good(head):
+    args, path = head
+    first = run_module(release_history.main, dict(args, baseline=GOOD))
+    assert first["release"]["baseline"]["decode_tok_s"] == 18.4 and first["release"]["known_good"]
+    assert not first["regression"]["compared"] and "no release is recorded as known-good" in first["regression"]["reason"]
+    changed = dict(args, settings={"max_model_len": 4096, "max_num_seqs": 1})
+    second = run_module(release_history.main, dict(changed, baseline=ONE_AT_A_TIME,
+                                                   regression={"ttft_rise_percent": 25}))
+    regression = second["regression"]
+    assert second["changed"] and regression["compared"] and regression["regressed"]
+    assert regression["against"] == first["release"]["id"]
+    assert not second["release"]["known_good"] and second["release"]["regression"]["regressed"]
+    assert second["serving"]["id"] == second["release"]["id"] != first["release"]["id"]
+    assert second["last_known_good"]["id"] == first["release"]["id"]
+    assert "NOT known-good" in second["msg"]
+    assert "TTFT p50 (ms) at concurrency 4: baseline 210, now 1630 (+676.2 %, allowed +25 %)" in regression["message"]
+    assert "output tok/s at concurrency 4: baseline 41.2, now 17.9 (-56.6 %, allowed -10 %)" in regression["message"]
+    assert "decode tok/s" not in regression["message"]   # -1.6 %: within its threshold
+    on_disk = json.loads(path.read_text())
+    assert [entry["known_good"] for entry in on_disk["releases"]] == [True, False]
+
+
+def test_old_records_without_a_baseline_stay_valid_and_are_not_compared(head):
+    args, path = head
+    run_module(release_history.main, args)   # recorded without a baseline
+    changed = dict(args, settings={"max_model_len": 2048})
+    out = run_module(release_history.main, dict(changed, baseline=ONE_AT_A_TIME))
+    assert out["release"]["known_good"] and not out["regression"]["compared"]
+    assert "has no baseline" in out["regression"]["reason"]
+
+
+def test_nonsense_thresholds_are_refused_before_anything_is_written(head):
+    args, path = head
+    with pytest.raises(ModuleFail) as failure:
+        run_module(release_history.main, dict(args, baseline=GOOD, regression={"decode_drop_percent": 100}))
+    assert "dgxspark_vllm_regression_decode_drop_percent is 100.0: a drop of 100 % or more lets anything pass" \
+        in failure.value.result["msg"]
+    assert not path.exists()
