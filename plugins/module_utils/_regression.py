@@ -105,7 +105,7 @@ def compare(serving_id: str, baseline: Mapping[str, Any] | None, last_good: Mapp
     limits = check_thresholds(thresholds)
     if baseline is None:
         return _no_comparison("no benchmark was run (verify_benchmark is false)")
-    now = {key: _figure(baseline, key) for key, _, _, _ in FIGURES}
+    now = {figure[0]: _figure(baseline, figure[0]) for figure in FIGURES}
     missing = [key for key, value in now.items() if value is None]
     if missing:
         raise RegressionError(f"the serving release's benchmark has no positive {', '.join(missing)}: it cannot be "
@@ -122,7 +122,7 @@ def compare(serving_id: str, baseline: Mapping[str, Any] | None, last_good: Mapp
     if dict(old.get("params") or {}) != dict(baseline.get("params") or {}):
         return _no_comparison(f"the last known-good release {good_id}'s baseline was measured with other "
                               f"parameters ({old.get('params')}; now {baseline.get('params')})", good_id)
-    before = {key: _figure(old, key) for key, _, _, _ in FIGURES}
+    before = {figure[0]: _figure(old, figure[0]) for figure in FIGURES}
     if any(value is None for value in before.values()):
         return _no_comparison(f"the last known-good release {good_id}'s baseline lacks a positive figure", good_id)
     level = baseline.get("concurrency") or (baseline.get("params") or {}).get("concurrency")

@@ -23,7 +23,7 @@ description:
     release is another release whose baseline was measured with the same parameters, the two are compared with the
     thresholds of O(regression) first; a release that regressed is recorded as serving but B(not) known-good (its
     entry keeps the comparison as C(regression)), and RV(regression) says which figures regressed. The module does
-    not fail for a regression; the caller does (the verify role fails the play with RV(regression.message)).
+    not fail for a regression; the caller does (the verify role fails the play with its C(message)).
   - A part that cannot be known (no image record, no stamp, a record of another image or repository) fails, naming
     it and the staging step that writes it. A history file that is a symlink, not root's, open to group or others,
     in a folder that is not root's alone, not a history, or another named cluster's is refused and left as it is.

@@ -35,8 +35,8 @@ def test_the_two_cases_use_the_benchmarks_own_flags_with_the_short_parameters():
     assert cases[1]["argv"] == b.case_argv("concurrency-4", port=8000, served_model_name="m", tokenizer=None,
                                            input_tokens=32, output_tokens=16, num_prompts=4, concurrency=4, seed=12,
                                            result_dir="/tmp/s")
-    assert [(c["name"], c["kind"], c["concurrency"]) for c in cases] == [("decode", "decode", 1),
-                                                                        ("concurrency-4", "concurrency", 4)]
+    assert [(c["name"], c["kind"], c["concurrency"]) for c in cases] == [
+        ("decode", "decode", 1), ("concurrency-4", "concurrency", 4)]
 
 
 @pytest.mark.parametrize("over, message", [
