@@ -128,7 +128,7 @@ VARIABLES: Mapping[str, Variable] = {var.name: var for var in (
 )}
 # Variables the collection sets itself as facts (never inventory input).
 FACT_NAMES = frozenset({FACT, "dgxspark_vllm_detected_cx7_iface", "dgxspark_vllm_detected_ib_hca",
-                        "dgxspark_vllm_detected_gid_index", "dgxspark_vllm_api_key_generated", _upgrade.PIN_FACT})
+                        "dgxspark_vllm_detected_gid_index", "dgxspark_vllm_api_key_generated"})
 # Set with the generated key by the dgxspark_vllm role (every node of the cluster): the key came from the head's file.
 GENERATED_KEY_FACT = "dgxspark_vllm_api_key_generated"
 DEFAULT_API_KEY_FILE = "/etc/dgxspark/api-key"
@@ -175,7 +175,7 @@ class Inputs:
     checked_vars: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
     image_digest: str = ""   # the image role's image_digest (the head's), which pins a tag as a digest does
     # a recorded release the run serves instead of the inventory's image, model, profile, settings and KV value (the
-    # fact dgxspark_vllm_release_pin on the head, set by a rollback: _upgrade.pin)
+    # upgrade role's fact upgrade_release_pin on the head, set by a rollback: _upgrade.pin)
     release_pin: Mapping[str, Any] | None = None
 
 

@@ -12,7 +12,7 @@ Private module: may change at any time. Pure: no I/O, no Ansible imports.
   stopped (``dgxspark_vllm_upgrade_rollback: false``), or the failure as it is (not an upgrade).
 - `target` / `check_staged`: the release a rollback goes to (the known-good, or one named by hand) and whether it is
   still staged on every node (its image, by ID or digest; its checkpoint commit, by the stamp), or every missing part.
-- `pin` / `pinned_values`: the release as the configuration step takes it (``dgxspark_vllm_release_pin``): its image
+- `pin` / `pinned_values`: the release as the configuration step takes it (``upgrade_release_pin``): its image
   by digest, its model commit, profile, settings and KV value, so launch and verify read ``dgxspark_vllm_config`` as
   always; and the image record each node gets back.
 - `outcome`: the run's closing message, with the time from the failure found to serving again.
@@ -31,7 +31,7 @@ NO_CHANGE = "no_change"
 UPGRADE = "upgrade"
 # The render settings a release does not carry: what the hardware gives each node (found by preflight), not a choice.
 NODE_SETTINGS = frozenset({"cx7_iface", "ib_hca", "gid_index"})
-PIN_FACT = "dgxspark_vllm_release_pin"
+PIN_FACT = "upgrade_release_pin"
 
 
 class UpgradeError(ValueError):
@@ -233,7 +233,7 @@ def check_staged(entry: Mapping[str, Any], nodes: Mapping[str, Mapping[str, Any]
 
 
 def pin(entry: Mapping[str, Any]) -> dict[str, Any]:
-    """The release as the configuration step takes it (the fact ``dgxspark_vllm_release_pin``), with the image record
+    """The release as the configuration step takes it (the fact ``upgrade_release_pin``), with the image record
     each node gets back: the image by its digest (by its tag, checked by image ID, when it has none)."""
     image = entry.get("image") or {}
     model = entry.get("model") or {}

@@ -18,7 +18,7 @@ description:
     C(fail) (not an upgrade, or nothing known-good - the failure as it is).
   - V(rollback) - the recorded release O(release) names (its id or a unique start of it), refused unless it is
     still staged on every node of O(nodes) (its image by ID or digest, its checkpoint commit by the stamp), naming
-    each missing part; RV(pin) is what the configuration step then serves (the fact C(dgxspark_vllm_release_pin)).
+    each missing part; RV(pin) is what the configuration step then serves (the fact C(upgrade_release_pin)).
   - V(outcome) - the closing message of a rolled-back run, with the seconds from the failure found to serving again
     and the ratio to the relaunch's own group start.
   - Runs on the controller only (an action plugin); it never connects to a node.
