@@ -119,9 +119,8 @@ class ActionModule(ControllerAction):
         checked = {host: self._checked(hostvars, host, roles) for host in read}
         extra: dict[str, Any] = {}
         if head:
-            extra = self._read(hostvars, head[0], [name for name in ("ansible_user", "checkpoint_allow_denylisted", "image_digest",
-                                                                     PIN_FACT)
-                                                   if name in hostvars[head[0]]], problems)
+            wanted = ("ansible_user", "checkpoint_allow_denylisted", "image_digest", PIN_FACT)
+            extra = self._read(hostvars, head[0], [name for name in wanted if name in hostvars[head[0]]], problems)
         try:
             builtin = builtin_profile_data()
             inputs = Inputs(hostvars=read, head=head, workers=workers, builtin_profiles=builtin, cluster=cluster.name,

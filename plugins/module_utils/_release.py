@@ -175,7 +175,8 @@ def build_release(*, image: str, image_record: Mapping[str, Any] | None, model_r
 
     ``image_record``: the image staging's record on the head (``_pins.parse_image_record``; None when absent);
     ``stamp``: the checkpoint's stamp on the head (None when absent); ``serve_args``: the head's serve container's
-    arguments (None: not read); ``model_revision``: the configured revision, kept beside the commit. ReleaseError naming every part that cannot be known, and how to get it.
+    arguments (None: not read); ``model_revision``: the configured revision, kept beside the commit. ReleaseError
+    naming every part that cannot be known, and how to get it.
     """
     missing: list[str] = []
     image_part = _image_part(image, image_record, image_record_path, missing)

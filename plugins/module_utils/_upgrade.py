@@ -184,8 +184,8 @@ def target(history: Mapping[str, Any], release: str) -> dict[str, Any]:
         return dict(found[0])
     known = ", ".join(str(entry.get("id")) for entry in entries) or "none"
     if found:
-        raise UpgradeError(f"release {release!r} names several recorded releases ({', '.join(e['id'] for e in found)}): "
-                           "give more of the id")
+        several = ", ".join(str(entry.get("id")) for entry in found)
+        raise UpgradeError(f"release {release!r} names several recorded releases ({several}): give more of the id")
     raise UpgradeError(f"release {release!r} is not in the cluster's history (recorded: {known}; "
                        "playbooks/releases.yml lists them): nothing was stopped")
 

@@ -34,7 +34,7 @@ options:
     required: true
     choices: [plan, failure, rollback, outcome]
   history:
-    description: The head's release history (M(dgxspark.vllm.release_history)'s RV(history)).
+    description: The head's release history (the C(history) M(dgxspark.vllm.release_history) returns).
       With O(mode=plan) and O(mode=rollback).
     type: dict
   config:

@@ -580,4 +580,5 @@ def test_a_pinned_release_is_served_instead_of_the_inventorys_image_model_profil
 def test_a_broken_pin_and_a_wrong_rollback_switch_are_refused() -> None:
     found = problems(inputs({"upgrade_rollback": "maybe"}, release_pin={"id": "x", "image": "i"}))
     assert any("has no model_repo" in problem for problem in found)
-    assert any("dgxspark_vllm_upgrade_rollback must be true or false" in p for p in problems(inputs({"upgrade_rollback": "maybe"})))
+    wrong = problems(inputs({"upgrade_rollback": "maybe"}))
+    assert any("dgxspark_vllm_upgrade_rollback must be true or false" in problem for problem in wrong)
