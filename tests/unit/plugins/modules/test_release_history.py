@@ -79,3 +79,10 @@ def test_another_clusters_history_and_a_symlink_are_refused(head):
     link.symlink_to(path)
     with pytest.raises(ModuleFail, match="is a symlink: refused"):
         run_module(release_history.main, {"path": str(link), "cluster": "pair_a"})
+
+
+def test_the_configured_revision_and_image_are_kept_beside_the_commit_and_digest(head):
+    args, _path = head
+    release = run_module(release_history.main, dict(args, model_revision="main"))["release"]
+    assert release["model"] == {"repo": "dgxspark-lab/tiny-glm", "commit": COMMIT, "revision": "main"}
+    assert release["image"]["configured"] == IMAGE
