@@ -138,11 +138,13 @@ def _image_part(image: str, record: Mapping[str, Any] | None, record_path: str, 
         missing.append(f"the image digest: the head's record at {record_path} names neither a digest nor an image "
                        "ID; run the image staging (--tags image)")
         return {}
-    return {"reference": str(record.get("reference") or image), "digest": digest, "image_id": image_id}
+    # configured: the image the inventory asked for when it was staged (a rollback's record keeps it beside the digest)
+    return {"reference": str(record.get("reference") or image), "digest": digest, "image_id": image_id,
+            "configured": str(record.get("configured") or record.get("image") or image)}
 
 
 def _model_part(model_repo: str, stamp: Mapping[str, Any] | None, stamp_path: str,
-                missing: list[str]) -> dict[str, Any]:
+                missing: list[str], revision: str = "") -> dict[str, Any]:
     if stamp is None:
         missing.append(f"the model commit: no checkpoint stamp at {stamp_path} on the head (written by the "
                        "checkpoint staging once the tree is verified); run it (--tags checkpoint)")
@@ -156,7 +158,10 @@ def _model_part(model_repo: str, stamp: Mapping[str, Any] | None, stamp_path: st
         missing.append(f"the model commit: the head's stamp at {stamp_path} names {commit!r}, not a 40-hex commit; "
                        "run the checkpoint staging (--tags checkpoint)")
         return {}
-    return {"repo": model_repo, "commit": str(commit)}
+    part = {"repo": model_repo, "commit": str(commit)}
+    if revision:
+        part["revision"] = revision   # the configured revision (a branch, or the commit itself)
+    return part
 
 
 def _verify_part(verify: Mapping[str, Any] | None) -> dict[str, Any]:
@@ -170,16 +175,17 @@ def build_release(*, image: str, image_record: Mapping[str, Any] | None, model_r
                   serve_args: Sequence[str] | None = None, kv_configured: Any = None,
                   verify: Mapping[str, Any] | None = None, cluster: str = "",
                   image_record_path: str = _pins.RECORD_PATH,
-                  stamp_path: str = "the checkpoint stamp") -> dict[str, Any]:
+                  stamp_path: str = "the checkpoint stamp", model_revision: str = "") -> dict[str, Any]:
     """The release a serving group is, from what the head recorded and the resolved configuration.
 
     ``image_record``: the image staging's record on the head (``_pins.parse_image_record``; None when absent);
     ``stamp``: the checkpoint's stamp on the head (None when absent); ``serve_args``: the head's serve container's
-    arguments (None: not read). ReleaseError naming every part that cannot be known, and how to get it.
+    arguments (None: not read); ``model_revision``: the configured revision, kept beside the commit. ReleaseError
+    naming every part that cannot be known, and how to get it.
     """
     missing: list[str] = []
     image_part = _image_part(image, image_record, image_record_path, missing)
-    model_part = _model_part(model_repo, stamp, stamp_path, missing)
+    model_part = _model_part(model_repo, stamp, stamp_path, missing, model_revision)
     if not profile:
         missing.append("the profile: no profile name was given")
     if not isinstance(settings, Mapping):

@@ -57,6 +57,11 @@ options:
   model_repo:
     description: The configured model repository. Required with O(state=known_good).
     type: str
+  model_revision:
+    description: The configured model revision (C(dgxspark_vllm_config.model_revision)), kept beside the stamped commit
+      so that a later run asking for the same branch is not taken for an upgrade.
+    type: str
+    default: ""
   stamp_path:
     description: The checkpoint stamp on the head (C(.dgxspark-stamp.json) in the staged tree). Required with
       O(state=known_good).
@@ -233,6 +238,7 @@ def main() -> None:
             image=dict(type="str"),
             image_record_path=dict(type="path", default=_pins.RECORD_PATH),
             model_repo=dict(type="str"),
+            model_revision=dict(type="str", default=""),
             stamp_path=dict(type="path"),
             profile=dict(type="str"),
             settings=dict(type="dict"),
@@ -269,7 +275,8 @@ def main() -> None:
                 image=p["image"], image_record=record, model_repo=p["model_repo"], stamp=stamp,
                 profile=p["profile"], settings=p["settings"], serve_args=p["serve_args"],
                 kv_configured=p["kv_cache_memory_bytes"], verify=p["verify"], cluster=p["cluster"],
-                image_record_path=p["image_record_path"], stamp_path=p["stamp_path"])
+                image_record_path=p["image_record_path"], stamp_path=p["stamp_path"],
+                model_revision=p["model_revision"])
         except (rel.ReleaseError, NodeStateError) as exc:
             if module.check_mode:
                 module.exit_json(changed=False, release=None, msg=f"check mode: would record nothing yet: {exc}",

@@ -31,7 +31,8 @@ def build(**over):
 
 def test_a_release_carries_every_part_and_the_same_identity_gives_the_same_id():
     first = build()
-    assert first["image"] == {"reference": RECORD["reference"], "digest": DIGEST, "image_id": RECORD["image_id"]}
+    assert first["image"] == {"reference": RECORD["reference"], "digest": DIGEST, "image_id": RECORD["image_id"],
+                              "configured": IMAGE}
     assert first["model"] == {"repo": "dgxspark-lab/tiny-glm", "commit": COMMIT}
     assert (first["profile"], first["kv_cache_memory_bytes"]) == ("lab_cpu", 45175492096)
     assert first["settings"] == {"image": IMAGE, "max_model_len": 4096, "port": 8000}
@@ -53,6 +54,14 @@ def test_a_release_carries_every_part_and_the_same_identity_gives_the_same_id():
 ])
 def test_each_identity_part_changes_the_id(over):
     assert build(**over)["id"] != build()["id"]
+
+
+def test_the_configured_image_and_revision_are_kept_beside_the_identity_and_do_not_change_it():
+    # a rollback's record names the digest reference it runs and keeps the image the release was staged as
+    pinned = "registry.lab:5000/vllm-cpu@" + DIGEST
+    rolled = build(image=pinned, image_record=dict(RECORD, image=pinned, configured=IMAGE), model_revision="main")
+    assert rolled["image"]["configured"] == IMAGE and rolled["model"]["revision"] == "main"
+    assert rolled["id"] == build()["id"]
 
 
 def test_the_image_reference_and_the_configured_kv_are_not_the_identity_when_the_container_says_otherwise():

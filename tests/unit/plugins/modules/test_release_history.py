@@ -128,3 +128,10 @@ def test_nonsense_thresholds_are_refused_before_anything_is_written(head):
     assert "dgxspark_vllm_regression_decode_drop_percent is 100.0: a drop of 100 % or more lets anything pass" \
         in failure.value.result["msg"]
     assert not path.exists()
+
+
+def test_the_configured_revision_and_image_are_kept_beside_the_commit_and_digest(head):
+    args, _path = head
+    release = run_module(release_history.main, dict(args, model_revision="main"))["release"]
+    assert release["model"] == {"repo": "dgxspark-lab/tiny-glm", "commit": COMMIT, "revision": "main"}
+    assert release["image"]["configured"] == IMAGE
