@@ -18,7 +18,7 @@ cd "$ROOT"
 "$ROOT/bin/lab" up
 venv_activate
 inv=inventories/lab
-ansible-playbook -i $inv playbooks/staging.yml playbooks/cache_flush.yml >/dev/null
+ansible-playbook -i $inv playbooks/firewall.yml playbooks/staging.yml playbooks/cache_flush.yml >/dev/null  # the launch refuses to serve unfirewalled
 # the KV budget recorded for this cluster (a launch without one calibrates: two engine starts, not one)
 ansible-playbook -i $inv playbooks/launch.yml >/dev/null
 ansible-playbook -i $inv playbooks/teardown.yml >/dev/null        # a cold launch: no serve container

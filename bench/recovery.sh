@@ -22,7 +22,7 @@ cd "$ROOT"
 venv_activate
 inv=inventories/lab
 tmp=$ROOT/bench/out/recovery-$(date +%Y%m%d-%H%M%S); mkdir -p "$tmp"
-ansible-playbook -i $inv playbooks/staging.yml playbooks/cache_flush.yml playbooks/launch.yml >"$tmp/launch.out"
+ansible-playbook -i $inv playbooks/firewall.yml playbooks/staging.yml playbooks/cache_flush.yml playbooks/launch.yml >"$tmp/launch.out"
 guard() { docker exec dgxlab-head python3 -I /usr/local/lib/dgxspark-guard/dgxspark_group_guard.py status; }
 count() { guard | python3 -c 'import json,sys; print(json.load(sys.stdin)["state"]["restores_total"])'; }
 wait_restore() {   # wait_restore BEFORE: until one more restore is recorded and the guard is armed again (10 min)

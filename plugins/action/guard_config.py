@@ -21,6 +21,7 @@ from ansible_collections.dgxspark.vllm.plugins.module_utils._guard import (
     install_current,
     install_fingerprint,
     ssh_alias,
+    webhook_file_current,
 )
 from ansible_collections.dgxspark.vllm.plugins.module_utils._profiles import plain
 from ansible_collections.dgxspark.vllm.plugins.plugin_utils._addresses import resolve
@@ -49,7 +50,8 @@ class ActionModule(ControllerAction):
             tunables["metrics_address"] = resolve(given) or given
         try:
             document = build_document(cluster, addresses, tunables, params["state_path"],
-                                      params["maintenance_path"], params["ssh_config"])
+                                      params["maintenance_path"], params["ssh_config"], params["webhook_url"],
+                                      params["webhook_path"])
         except GuardConfigError as exc:
             raise ControllerTaskError(f"the group guard cannot be configured: {exc}", problems=exc.problems) from exc
         settings = plain(params["access"])
@@ -69,6 +71,10 @@ class ActionModule(ControllerAction):
             document["_install"] = install_fingerprint(shaped, files)
         workers = [{"name": host, "alias": ssh_alias(host), "address": addresses[host]} for host in addresses]
         current = install_current(params["installed"], document)
+        # the URL stays out of the result (it may carry a token): where it goes, whether it goes, whether it is there
+        webhook = {"path": params["webhook_path"], "present": bool(params["webhook_url"]),
+                   "current": webhook_file_current(params["webhook_url"], plain(params["webhook_read"]))}
+        current = current and webhook["current"]
         read = plain(params["access_read"])
         if read is not None:
             name = settings["program"].rsplit("/", 1)[-1]
@@ -87,6 +93,7 @@ class ActionModule(ControllerAction):
         reason = (arm_reason(params["armed_state"], params["maintenance_held"], plain(params["serving"]), ranks)
                   if current else "the guard is installed in this run")
         return {"changed": False, "document": document, "workers": workers, "current": current, "access": plan,
+                "webhook": webhook,
                 "arm": reason is not None, "arm_reason": reason or "it keeps this group already: arming changes nothing"}
 
     @staticmethod

@@ -19,6 +19,7 @@ import re
 import time
 from dataclasses import asdict, dataclass, field
 from typing import Any
+from urllib.parse import urlsplit
 
 from ansible_collections.dgxspark.vllm.plugins.module_utils._metrics import MetricsError, gauge_sum, parse_text
 from ansible_collections.dgxspark.vllm.plugins.module_utils._startup import DEFAULT_BUDGETS, StartupError, make_watch
@@ -27,6 +28,8 @@ STATUSES = ("armed", "maintenance", "waiting_nodes", "restoring", "backoff", "ga
 ROLES = ("head", "worker")
 KINDS = ("stopped", "restarted", "api", "unreachable", "absent", "memory")
 HISTORY_KEEP = 20
+WEBHOOK_EVENTS = ("restored", "restore_failed", "gave_up")
+WEBHOOK_TIMEOUT_SECONDS = 5.0       # one POST's limit (connect, then the answer): a slow receiver never holds the guard
 
 
 class GuardConfigError(ValueError):
@@ -75,6 +78,8 @@ class GuardConfig:
     ssh_config: str = "/etc/dgxspark/guard/ssh_config"   # the guard's own ssh_config (its key, the workers' aliases)
     metrics_address: str = ""               # where its Prometheus endpoint listens ("" with port 0: no endpoint)
     metrics_port: int = 0
+    webhook_url_file: str = ""              # root's file with the URL the guard notifies ("": none)
+    webhook_url: str = field(default="", repr=False)   # that URL, once read (it may carry a token: never shown)
 
     @property
     def head(self) -> Rank:
@@ -92,12 +97,39 @@ _FLOATS = ("interval_seconds", "probe_interval_seconds", "probe_timeout_seconds"
 _INTS = ("max_failed_restores", "log_lines")
 _PORTS = ("metrics_port",)
 _STRINGS = ("container", "api_url", "served_model_name", "state_path", "maintenance_path")
-_OPTIONAL_PATHS = ("ssh_config",)
+_OPTIONAL_PATHS = ("ssh_config", "webhook_url_file")
 _SSH_HOST = re.compile(r"[A-Za-z0-9][A-Za-z0-9.-]{0,200}")   # what ssh_alias() makes: never an option, never a space
 
 
-def parse_config(data: Any) -> GuardConfig:
-    """Build a GuardConfig from its JSON document; GuardConfigError lists every problem."""
+def webhook_url_problem(url: Any) -> str | None:
+    """Why ``url`` cannot be the guard's webhook, or None: an http:// or https:// URL with a host, no space and no
+    control character. The message never quotes the URL (it may carry a token)."""
+    if not isinstance(url, str):
+        return f"the webhook URL must be a string, got {type(url).__name__}"
+    if not url:
+        return "the webhook URL is empty"
+    if any(ch.isspace() or ord(ch) < 32 or ord(ch) == 127 for ch in url):
+        return "the webhook URL must not contain spaces or control characters"
+    scheme = url.split(":", 1)[0] if ":" in url else ""
+    if scheme.lower() not in ("http", "https"):
+        shown = f"it starts with {scheme + ':'!r}" if re.fullmatch(r"[A-Za-z][A-Za-z0-9+.-]{0,15}", scheme) else \
+            "it has no scheme"
+        return f"the webhook URL must be an http:// or https:// URL ({shown})"
+    try:
+        parts = urlsplit(url)
+        host, _port = parts.hostname, parts.port     # a port that is no number raises here
+    except ValueError:
+        return "the webhook URL cannot be parsed (its host or port)"
+    if not host:
+        return "the webhook URL names no host"
+    return None
+
+
+def parse_config(data: Any, webhook_url: str | None = None) -> GuardConfig:
+    """Build a GuardConfig from its JSON document; GuardConfigError lists every problem.
+
+    ``webhook_url`` is the text of the file ``webhook_url_file`` names (the URL, kept out of the document, which
+    others may read), as a caller that reads it passes it (the guard itself, root); None: not read (``status``)."""
     problems: list[str] = []
     if not isinstance(data, dict):
         raise GuardConfigError([f"the guard configuration must be a JSON object, got {type(data).__name__}"])
@@ -151,6 +183,13 @@ def parse_config(data: Any) -> GuardConfig:
         problems.append(f"memory_margin_percent must be below 100, got {values['memory_margin_percent']!r}")
     if values.get("backoff_max_seconds", 900.0) < values.get("backoff_seconds", 10.0):
         problems.append("backoff_max_seconds must not be below backoff_seconds")
+    if webhook_url is not None:
+        url = webhook_url.strip()
+        problem = webhook_url_problem(url)
+        if problem:
+            problems.append(problem)
+        else:
+            values["webhook_url"] = url
     if problems:
         raise GuardConfigError(problems)
     return GuardConfig(ranks=ranks, **values)
@@ -571,11 +610,14 @@ def _label(value: str) -> str:
     return value.replace("\\", "\\\\").replace("\n", "\\n").replace('"', '\\"')
 
 
-def metrics_text(state: GuardState | None, lock: dict[str, Any] | None, now: float) -> str:
+def metrics_text(state: GuardState | None, lock: dict[str, Any] | None, now: float,
+                 webhook: dict[str, int] | None = None) -> str:
     """The guard's state in Prometheus' text exposition format (version 0.0.4): what its HTTP endpoint serves.
 
-    ``state`` is the state file's (None: never armed), ``lock`` the maintenance lock when it holds. Every series
-    is there from the start (0 when nothing happened yet), so that alert rules see a value, not an absence."""
+    ``state`` is the state file's (None: never armed), ``lock`` the maintenance lock when it holds, ``webhook`` the
+    running guard's notifications (``sent``, ``failed``) since it started (None: none yet). Every series is there
+    from the start (0 when nothing happened yet), so that alert rules see a value, not an absence."""
+    webhook = webhook or {}
     status = "armed" if state is None else state.status
     if lock is not None and status != "disarmed":
         status = "maintenance"
@@ -608,6 +650,11 @@ def metrics_text(state: GuardState | None, lock: dict[str, Any] | None, now: flo
         ("dgxspark_guard_memory_available_bytes", "gauge", "each node's MemAvailable before the last restore's start",
          [(f'{{node="{_label(node)}"}}', float(kib) * 1024) for node, kib in sorted(memory_before.items())
           if kib is not None]),
+        ("dgxspark_guard_webhook_sent_total", "counter", "notifications the webhook receiver accepted (a 2xx answer) "
+         "since the guard started", [("", float(webhook.get("sent", 0)))]),
+        ("dgxspark_guard_webhook_failures_total", "counter", "notifications that did not reach the webhook receiver "
+         "(no answer within the timeout, refused, or not a 2xx answer) since the guard started",
+         [("", float(webhook.get("failed", 0)))]),
         ("dgxspark_guard_scrape_timestamp_seconds", "gauge", "when this page was made", [("", now)]),
     ]
     lines = []
@@ -615,6 +662,52 @@ def metrics_text(state: GuardState | None, lock: dict[str, Any] | None, now: flo
         lines += [f"# HELP {name} {helptext}", f"# TYPE {name} {kind}"]
         lines += [f"{name}{labels} {value:.17g}" for labels, value in samples]
     return "\n".join(lines) + "\n"
+
+
+# ------------------------------------------------------------------------------------------------ notifying
+
+_RESTORE_FIELDS = ("kind", "rank", "reason", "ok", "error", "failed_rank", "failed_phase", "duration_seconds",
+                   "started_at", "finished_at")
+
+
+def webhook_body(event: str, config: GuardConfig, state: GuardState, now: float,
+                 record: dict[str, Any] | None = None) -> dict[str, Any]:
+    """The JSON body the guard POSTs to its webhook: ``restored`` or ``restore_failed`` (``record``, the restore
+    just recorded) or ``gave_up`` (``state.gave_up``).
+
+    Common fields: event, head, container, served_model_name, status (the guard's, after the event), time (ISO 8601,
+    UTC) and timestamp (epoch seconds), restores_total and restores_failed_total, and ``text``, one line for a
+    person (what chat webhooks show). A restore adds its kind, rank, reason, ok, error, failed_rank, failed_phase,
+    duration_seconds, started_at and finished_at (epoch seconds); a give-up its reason, fix, kind and rank. Nothing
+    else of the record goes out (no log lines, no baseline)."""
+    if event not in WEBHOOK_EVENTS:
+        raise ValueError(f"unknown webhook event {event!r} (known: {', '.join(WEBHOOK_EVENTS)})")
+    head = config.head.name
+    body: dict[str, Any] = {
+        "event": event, "head": head, "container": config.container, "served_model_name": config.served_model_name,
+        "status": state.status, "time": iso(now), "timestamp": now, "restores_total": state.restores_total,
+        "restores_failed_total": state.restores_failed_total,
+    }
+    if event == "gave_up":
+        gave = state.gave_up or {}
+        finding = gave.get("finding") or {}
+        body.update(reason=gave.get("reason", state.detail), fix=gave.get("fix", ""), kind=finding.get("kind"),
+                    rank=finding.get("rank"))
+        body["text"] = f"dgxspark guard on {head}: GAVE UP: {body['reason']}. Fix: {body['fix']}"
+        return body
+    if record is None:
+        raise ValueError(f"a {event} notification needs the restore's record")
+    body.update({key: record.get(key) for key in _RESTORE_FIELDS})
+    body["ok"] = bool(record.get("ok"))
+    took = float(record.get("duration_seconds") or 0.0)
+    if event == "restored":
+        body["text"] = (f"dgxspark guard on {head}: restored, {config.container} serves again after a {took:.0f} s "
+                        f"restore ({record.get('reason')})")
+    else:
+        body["text"] = (f"dgxspark guard on {head}: a restore FAILED after {took:.0f} s at "
+                        f"{record.get('failed_rank') or 'the group'} in phase {record.get('failed_phase') or '?'}: "
+                        f"{record.get('error')} (it began because {record.get('reason')}); the guard is {state.status}")
+    return body
 
 
 # ------------------------------------------------------------------------------------------------ maintenance
@@ -672,6 +765,9 @@ CONFIG_ARGUMENT_SPEC: dict[str, Any] = dict(
         ssh_from=dict(type="list", elements="str", default=[]),
     )),
     access_read=dict(type="dict"),
+    webhook_url=dict(type="str", default="", no_log=True),
+    webhook_path=dict(type="path", default="/etc/dgxspark/guard/webhook_url"),
+    webhook_read=dict(type="dict"),
 )
 
 
@@ -699,10 +795,14 @@ def management_address_problem(host: str, address: str) -> str | None:
 
 
 def build_document(cluster: dict[str, Any], addresses: dict[str, str], tunables: dict[str, Any], state_path: str,
-                   maintenance_path: str, ssh_config: str | None = None) -> dict[str, Any]:
+                   maintenance_path: str, ssh_config: str | None = None, webhook_url: str = "",
+                   webhook_url_file: str = "") -> dict[str, Any]:
     """The guard's configuration document from the resolved cluster configuration (dgxspark_vllm_config), each
     worker's management address, the guard role's tunables and paths (``ssh_config``: the guard's own, on the head;
-    None: the guard's default); GuardConfigError when it cannot be used."""
+    None: the guard's default); GuardConfigError when it cannot be used.
+
+    ``webhook_url`` (empty: none) is checked here but stays out of the document, which names the root-only file that
+    holds it (``webhook_url_file``) instead."""
     problems = [f"unknown guard setting {key!r} (known: {', '.join(TUNABLES)})" for key in tunables if key not in TUNABLES]
     workers = list(cluster.get("workers") or [])
     problems += [f"no management address for worker {host} (its ansible_host)" for host in workers
@@ -728,8 +828,25 @@ def build_document(cluster: dict[str, Any], addresses: dict[str, str], tunables:
     if ssh_config is not None:
         doc["ssh_config"] = ssh_config
     doc.update({key: value for key, value in tunables.items() if value is not None})
-    parse_config(doc)
+    if webhook_url:
+        doc["webhook_url_file"] = webhook_url_file
+    parse_config(doc, webhook_url=webhook_url or None)
     return doc
+
+
+def webhook_file_text(url: str) -> str:
+    """What the guard role writes into the webhook URL file (the copy task's content: the URL and a newline)."""
+    return url + "\n"
+
+
+def webhook_file_current(url: str, read: dict[str, Any] | None) -> bool:
+    """Whether the head's webhook URL file, as read (``exists``, ``sha256``; None: not read), is what ``url`` needs:
+    its text when a URL is set, absent when none is."""
+    if read is None:
+        return True
+    if not url:
+        return not read.get("exists")
+    return bool(read.get("exists")) and read.get("sha256") == hashlib.sha256(webhook_file_text(url).encode()).hexdigest()
 
 
 def install_fingerprint(settings: dict[str, Any], files: dict[str, bytes]) -> str:

@@ -128,6 +128,22 @@ options:
         type: list
         elements: str
         default: []
+  webhook_url:
+    description:
+      - The URL the guard notifies (the guard role's C(guard_webhook_url)); empty, none. Checked (C(http://) or
+        C(https://) with a host; the error never repeats it), then left out of the document, which names O(webhook_path)
+        instead, and out of the result.
+    type: str
+    default: ""
+  webhook_path:
+    description: The root-only file on the head the guard role writes O(webhook_url) to, named in the document.
+    type: path
+    default: /etc/dgxspark/guard/webhook_url
+  webhook_read:
+    description:
+      - That file as read in this run (C(exists), C(sha256), as M(dgxspark.vllm.service_files_info) returns it). Given,
+        RV(current) is also false unless it holds O(webhook_url) (or is absent when that is empty).
+    type: dict
   access_read:
     description:
       - What the nodes hold of the guard's access, as read in this run - C(head_public_key) (the text of the head's
@@ -177,6 +193,13 @@ access:
   returned: success
   type: dict
   sample: {"user": "dgxspark-guard", "from": ["192.168.1.11", "192.168.100.1"], "drift": []}
+webhook:
+  description:
+    - The webhook URL's file - C(path), C(present) (whether the role writes it; false - it removes it) and C(current)
+      (whether O(webhook_read) holds what it must). Never the URL.
+  returned: success
+  type: dict
+  sample: {"path": "/etc/dgxspark/guard/webhook_url", "present": true, "current": true}
 arm:
   description:
     - Whether the run must arm the guard now. False only when the guard is installed as planned (RV(current)), its

@@ -537,6 +537,18 @@ def serve(config: Config, stop: threading.Event) -> int:
     return EXIT_OK
 
 
+def signal_stopper(stop: threading.Event, received: list):
+    """A SIGTERM/SIGINT handler that records the signal's name and sets `stop` from a new thread.
+
+    A handler runs in the main thread between two of its bytecodes, possibly inside `stop.wait()` while that holds
+    the event's (non-reentrant) lock: `stop.set()` there would wait for that lock forever, and systemd would kill the
+    service at its stop timeout. A thread takes the lock once the main thread's wait has released it."""
+    def on_signal(signum, _frame):
+        received.append(signal.Signals(signum).name)
+        threading.Thread(target=stop.set, name="stop-on-signal", daemon=True).start()
+    return on_signal
+
+
 def main(argv: list | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
@@ -558,11 +570,7 @@ def main(argv: list | None = None) -> int:
 
     stop = threading.Event()
     received = []
-
-    def on_signal(signum, _frame):
-        received.append(signal.Signals(signum).name)
-        stop.set()
-
+    on_signal = signal_stopper(stop, received)
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
     status = serve(config, stop)

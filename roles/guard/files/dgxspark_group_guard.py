@@ -21,6 +21,7 @@ Sub-commands: ``run`` (the service), ``arm``, ``disarm``, ``maintenance``, ``rel
 from __future__ import annotations
 
 import argparse
+import http.client
 import http.server
 import json
 import os
@@ -298,12 +299,73 @@ class ApiProbe(threading.Thread):
             self._stop.wait(self.config.probe_interval_seconds)
 
 
+# ------------------------------------------------------------------------------------------------ webhook
+
+def post_json(url: str, body: dict, timeout: float) -> str | None:
+    """POST ``body`` as JSON to ``url``, one attempt bounded by ``timeout`` (the connection, then each read of the
+    answer); None when the receiver answered 2xx, else why not - never the URL itself (it may carry a token)."""
+    data = json.dumps(body, sort_keys=True).encode("utf-8")
+    request = urllib.request.Request(url, data=data, method="POST", headers={
+        "Content-Type": "application/json", "User-Agent": "dgxspark-group-guard"})
+    try:
+        with urllib.request.urlopen(request, timeout=timeout) as response:   # a proxy from the environment, if any
+            response.read(64 * 1024)
+            return None if 200 <= response.status < 300 else "HTTP %d" % response.status
+    except urllib.error.HTTPError as exc:
+        return "HTTP %d %s" % (exc.code, exc.reason)
+    except urllib.error.URLError as exc:
+        reason = exc.reason
+        if isinstance(reason, (socket.timeout, TimeoutError)):
+            return "no answer within %g s" % timeout
+        return str(getattr(reason, "strerror", None) or reason)
+    except (socket.timeout, TimeoutError):
+        return "no answer within %g s" % timeout
+    except (OSError, ValueError, http.client.HTTPException) as exc:
+        return "%s: %s" % (type(exc).__name__, getattr(exc, "strerror", None) or "the request failed")
+
+
+class Webhook:
+    """The guard's notifications (_guard.webhook_body), each POSTed once by a thread of its own, so that a slow or
+    dead receiver never delays a restore: a failure is one journal line and one more in the failures counter, no
+    retry (the next event is sent anyway; the state file and the metrics keep what happened)."""
+
+    def __init__(self, url: str, timeout: float = G.WEBHOOK_TIMEOUT_SECONDS) -> None:
+        self.url = url
+        self.timeout = timeout
+        self.lock = threading.Lock()
+        self.sent = 0
+        self.failed = 0
+
+    def notify(self, body: dict) -> threading.Thread:
+        thread = threading.Thread(target=self.deliver, args=(body,), name="webhook", daemon=True)
+        thread.start()
+        return thread
+
+    def deliver(self, body: dict) -> str | None:
+        error = post_json(self.url, body, self.timeout)
+        with self.lock:
+            if error:
+                self.failed += 1
+            else:
+                self.sent += 1
+        if error:
+            log(LOG_WARNING, "webhook: the %s notification was not delivered: %s" % (body.get("event"), error))
+        else:
+            log(LOG_INFO, "webhook: the %s notification was delivered" % body.get("event"))
+        return error
+
+    def counts(self) -> dict:
+        with self.lock:
+            return {"sent": self.sent, "failed": self.failed}
+
+
 # ------------------------------------------------------------------------------------------------ metrics
 
 class MetricsHandler(http.server.BaseHTTPRequestHandler):
     """GET /metrics: the guard's state as the state file and the maintenance lock hold it (_guard.metrics_text)."""
 
     config: G.GuardConfig
+    webhook: Webhook | None = None
     server_version = "dgxspark-group-guard"
 
     def do_GET(self) -> None:  # noqa: N802 (http.server's name)
@@ -313,7 +375,8 @@ class MetricsHandler(http.server.BaseHTTPRequestHandler):
         now = time.time()
         text = read_text(self.config.state_path)
         state = G.state_from_json(text) if text else None
-        body = G.metrics_text(state, G.maintenance_active(read_text(self.config.maintenance_path), now), now).encode()
+        lock = G.maintenance_active(read_text(self.config.maintenance_path), now)
+        body = G.metrics_text(state, lock, now, self.webhook.counts() if self.webhook else None).encode()
         self.send_response(200)
         self.send_header("Content-Type", "text/plain; version=0.0.4; charset=utf-8")
         self.send_header("Content-Length", str(len(body)))
@@ -324,12 +387,12 @@ class MetricsHandler(http.server.BaseHTTPRequestHandler):
         pass    # a scrape every few seconds is no news for the journal
 
 
-def start_metrics(config: G.GuardConfig):
+def start_metrics(config: G.GuardConfig, webhook: Webhook | None = None):
     """The Prometheus endpoint on metrics_address:metrics_port in a thread of its own; None when off or when the
     address cannot be bound (logged: the guard keeps guarding without it)."""
     if not config.metrics_port:
         return None
-    handler = type("Handler", (MetricsHandler,), {"config": config})
+    handler = type("Handler", (MetricsHandler,), {"config": config, "webhook": webhook})
     try:
         family = socket.AF_INET6 if ":" in config.metrics_address else socket.AF_INET
         server_class = type("Server", (http.server.ThreadingHTTPServer,), {"address_family": family, "daemon_threads": True})
@@ -408,6 +471,12 @@ class Guard:
         self.stopping = threading.Event()
         self.unreachable_since: float | None = None
         self.backoff_key: tuple | None = None    # what the guard backs off on (one journal line per change)
+        self.webhook = Webhook(config.webhook_url) if config.webhook_url else None
+
+    def notify(self, event: str, record: dict | None = None) -> None:
+        """Tell the webhook (when one is set) about a restore or a give-up, without waiting for it."""
+        if self.webhook is not None:
+            self.webhook.notify(G.webhook_body(event, self.config, self.files.state, self.clock(), record))
 
     # -- observing
     def observe(self) -> list:
@@ -503,6 +572,7 @@ class Guard:
             log(LOG_ERR, "  | %s" % line)
         self.files.save()
         sd_notify("STATUS=gave up: %s" % state.gave_up["reason"][:200])
+        self.notify("gave_up")
 
     # -- restoring
     def stop_group(self) -> str | None:
@@ -641,6 +711,7 @@ class Guard:
         G.set_status(state, "armed" if ok else "backoff", "restored" if ok else "restore failed: %s" % record.get("error"),
                      self.clock())
         self.files.save()
+        self.notify("restored" if ok else "restore_failed", record)
         if record.get("memory"):      # no restart loop into a node reset: give up, naming the node and the figures
             self.give_up(G.Finding("memory", record["failed_rank"], record["error"]), self.clock())
         if self.probe:
@@ -718,10 +789,11 @@ class Guard:
         self.probe = ApiProbe(self.config, self.nodes[self.config.head.name])
         self.probe.pause()   # the first tick lets it ask, when the guard watches the group
         self.probe.start()
-        metrics = start_metrics(self.config)
+        metrics = start_metrics(self.config, self.webhook)
         sd_notify("READY=1")
-        log(LOG_INFO, "dgxspark-group-guard watching %s on %s" % (
-            self.config.container, ", ".join("%s (%s)" % (r.name, r.role) for r in self.config.ranks)))
+        log(LOG_INFO, "dgxspark-group-guard watching %s on %s%s" % (
+            self.config.container, ", ".join("%s (%s)" % (r.name, r.role) for r in self.config.ranks),
+            "; restores and give-ups are POSTed to the webhook" if self.webhook else ""))
         while not self.stopping.is_set():
             try:
                 self.tick()
@@ -773,16 +845,42 @@ def status_document(config: G.GuardConfig, now: float) -> dict:
     return doc
 
 
-def load_config(path: str) -> G.GuardConfig:
+def load_config(path: str, webhook: bool = False) -> G.GuardConfig:
+    """The configuration at ``path``; with ``webhook``, the URL in the file its webhook_url_file names too (root's
+    alone: only the guard and its install's check read it, never ``status``)."""
     text = read_text(path)
     if text is None:
         raise G.GuardConfigError(["no configuration file at %s" % path])
     try:
-        return G.parse_config(json.loads(text))
+        data = json.loads(text)
     except ValueError as exc:
-        if isinstance(exc, G.GuardConfigError):
-            raise
         raise G.GuardConfigError(["%s is not valid JSON: %s" % (path, exc)]) from exc
+    url = None
+    name = data.get("webhook_url_file") if isinstance(data, dict) else None
+    if webhook and isinstance(name, str) and name.startswith("/"):
+        try:
+            url = read_text(name)
+        except OSError as exc:
+            raise G.GuardConfigError(["the webhook URL file %s cannot be read: %s" % (name, exc.strerror)]) from exc
+        if url is None:
+            raise G.GuardConfigError(["the webhook URL file %s is missing (the guard role writes it)" % name])
+    return G.parse_config(data, webhook_url=url)
+
+
+def signal_stopper(stopping: threading.Event):
+    """A SIGTERM/SIGINT handler that logs the signal and sets `stopping` from a new thread.
+
+    A handler runs in the main thread between two of its bytecodes, possibly inside `stopping.wait()` while that
+    holds the event's (non-reentrant) lock, or inside a write to stdout: setting the event or logging there could
+    wait forever or fail, and systemd would kill the guard at its stop timeout. A thread does both once the main
+    thread's wait has released the lock."""
+    def stop(name: str) -> None:
+        log(LOG_INFO, "dgxspark-group-guard stopping on %s" % name)
+        stopping.set()
+
+    def on_signal(signum, _frame):
+        threading.Thread(target=stop, args=(signal.Signals(signum).name,), name="stop-on-signal", daemon=True).start()
+    return on_signal
 
 
 def main(argv: list | None = None) -> int:
@@ -805,6 +903,15 @@ def main(argv: list | None = None) -> int:
         log(LOG_ERR, "configuration error: %s" % exc)
         return EXIT_CONFIG
     command = args.command or "run"
+    if command in ("run", "check-config") and config.webhook_url_file:
+        try:
+            config = load_config(args.config, webhook=True)
+        except G.GuardConfigError as exc:
+            if command == "check-config":
+                log(LOG_ERR, "configuration error: %s" % exc)
+                return EXIT_CONFIG
+            # the guard keeps guarding: a notification is worth less than a restore
+            log(LOG_ERR, "webhook off, nobody is notified: %s" % exc)
     now = time.time()
     if command == "check-config":
         print(json.dumps({"ok": True, "ranks": [r.name for r in config.ranks]}))
@@ -833,10 +940,7 @@ def main(argv: list | None = None) -> int:
         print(json.dumps(result, sort_keys=True))
         return EXIT_OK
 
-    def on_signal(signum, _frame):
-        log(LOG_INFO, "dgxspark-group-guard stopping on %s" % signal.Signals(signum).name)
-        guard.stopping.set()
-
+    on_signal = signal_stopper(guard.stopping)
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
     return guard.serve()

@@ -710,3 +710,20 @@ def test_service_notifies_ready_and_stops_cleanly_on_sigterm(tmp_path):
 def test_cache_flush_role_is_checked():
     assert (ROLE / "defaults" / "main.yml").is_file()   # so test_argument_specs.py compares it with its specs
     assert set(yaml.safe_load((ROLE / "meta" / "argument_specs.yml").read_text(encoding="utf-8"))["argument_specs"]) == {"main", "start", "stop", "follow"}
+
+
+def test_signal_handler_does_not_wait_for_the_events_lock():
+    # the signal lands while the main thread is inside stop.wait(), holding the event's lock: the handler must
+    # return at once and the event be set once the lock is free (stop.set() in the handler waited forever)
+    stop, received, returned = threading.Event(), [], threading.Event()
+    handler = prog.signal_stopper(stop, received)
+
+    def interrupted_wait():
+        with stop._cond:  # pylint: disable=protected-access
+            handler(signal.SIGTERM, None)
+            returned.set()
+
+    threading.Thread(target=interrupted_wait, daemon=True).start()
+    assert returned.wait(5), "the signal handler blocked on the event's lock"
+    assert stop.wait(5)
+    assert received == ["SIGTERM"]

@@ -17,6 +17,7 @@ import http.server
 import ipaddress
 import json
 import os
+import signal
 import socket
 import threading
 import time
@@ -1324,3 +1325,150 @@ def test_a_real_prometheus_scrapes_the_guard_and_fires_the_give_up_alert(tmp_pat
         proc.wait(timeout=30)
         server.shutdown()
         server.server_close()
+
+
+# ------------------------------------------------------------------------------------------------ webhook
+
+class _Receiver(http.server.BaseHTTPRequestHandler):
+    """A webhook receiver: records each POST (its headers and JSON body) and answers 204 (or the test's status)."""
+
+    def do_POST(self):  # noqa: N802 (http.server's name)
+        data = self.rfile.read(int(self.headers["Content-Length"]))
+        self.server.seen.append((self.path, self.headers["Content-Type"], json.loads(data)))
+        self.send_response(self.server.status)
+        self.send_header("Content-Length", "0")
+        self.end_headers()
+
+    def log_message(self, *args):   # pylint: disable=arguments-differ
+        pass
+
+
+@pytest.fixture(name="receiver")
+def receiver_fixture(monkeypatch):
+    for name in ("http_proxy", "HTTP_PROXY", "https_proxy", "HTTPS_PROXY", "all_proxy", "ALL_PROXY"):
+        monkeypatch.delenv(name, raising=False)
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Receiver)
+    server.seen, server.status = [], 204
+    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
+    thread.start()
+    yield server
+    server.shutdown()
+    server.server_close()
+    thread.join(5)
+
+
+def test_a_restore_and_a_give_up_are_posted_to_a_real_receiver(tmp_path, receiver, capsys):
+    url = "http://127.0.0.1:%d/hook/sekrit-token" % receiver.server_address[1]
+    rig = Rig(tmp_path, max_failed_restores=1)
+    rig.config = G.parse_config(rig.doc, webhook_url=url)
+    rig.guard = rig.new_guard()
+    rig.guard.probe = rig.probe
+    assert rig.guard.tick() == "ok"
+    rig.nodes[W1].crash(exit_code=137)
+    threads = []
+    notify = rig.guard.webhook.notify
+    rig.guard.webhook.notify = lambda body: threads.append(notify(body)) or threads[-1]
+    assert rig.guard.tick() == "restored"
+    rig.clock.advance(5)                   # within stable_seconds: the next break makes that restore a failed one
+    rig.nodes[W1].crash(exit_code=1)
+    assert rig.guard.tick() == "gave_up"
+    for thread in threads:
+        thread.join(10)
+    assert [(path, kind) for path, kind, _body in receiver.seen] == [("/hook/sekrit-token", "application/json")] * 2
+    restored, gave_up = sorted((body for _p, _k, body in receiver.seen), key=lambda body: body["event"] != "restored")
+    last = rig.state.attempts[-1]
+    assert {key: restored[key] for key in ("event", "head", "container", "kind", "rank", "ok", "error", "failed_rank",
+                                           "duration_seconds", "started_at", "finished_at", "status")} == {
+        "event": "restored", "head": HEAD, "container": CONTAINER, "kind": "stopped", "rank": W1, "ok": True,
+        "error": None, "failed_rank": None, "duration_seconds": last["duration_seconds"],
+        "started_at": last["started_at"], "finished_at": last["finished_at"], "status": "armed"}
+    assert restored["reason"] == "the serve container on spark2 is not running (exit code 137)"
+    assert (gave_up["event"], gave_up["status"], gave_up["kind"], gave_up["rank"]) == ("gave_up", "gave_up", "stopped", W1)
+    assert gave_up["reason"] == rig.state.gave_up["reason"] and gave_up["fix"] == rig.state.gave_up["fix"]
+    out = capsys.readouterr().out
+    assert "webhook: the restored notification was delivered" in out and "sekrit" not in out
+    assert rig.guard.webhook.counts() == {"sent": 2, "failed": 0}
+
+
+def test_a_receiver_that_never_answers_delays_nothing_and_counts_as_a_failure(tmp_path, capsys):
+    with socket.socket() as silent:        # accepts the connection (the kernel's backlog) and never answers
+        silent.bind(("127.0.0.1", 0))
+        silent.listen(8)
+        url = "http://127.0.0.1:%d/hook" % silent.getsockname()[1]
+        webhook = prog.Webhook(url, timeout=0.5)
+        began = time.monotonic()
+        thread = webhook.notify({"event": "restored"})
+        assert time.monotonic() - began < 0.2           # the caller (a restore) goes on at once
+        assert thread.is_alive()
+        thread.join(5)
+        took = time.monotonic() - began
+        assert not thread.is_alive() and 0.5 <= took < 2.0    # one attempt, bounded by the timeout
+    assert webhook.counts() == {"sent": 0, "failed": 1}
+    assert "webhook: the restored notification was not delivered: no answer within 0.5 s" in capsys.readouterr().out
+
+
+def test_a_refused_or_failing_receiver_is_one_journal_line(receiver, capsys):
+    receiver.status = 500
+    webhook = prog.Webhook("http://127.0.0.1:%d/hook" % receiver.server_address[1], timeout=5)
+    assert webhook.deliver({"event": "gave_up"}) == "HTTP 500 Internal Server Error"
+    with socket.socket() as closed:
+        closed.bind(("127.0.0.1", 0))
+        port = closed.getsockname()[1]
+    refused = prog.Webhook("http://127.0.0.1:%d/hook/sekrit" % port, timeout=5).deliver({"event": "gave_up"})
+    assert "refused" in refused.lower() and "sekrit" not in refused
+    lines = [line for line in capsys.readouterr().out.splitlines() if "webhook" in line]
+    assert len(lines) == 2 and all(line.startswith("<4>webhook: the gave_up notification was not delivered: ")
+                                   for line in lines)
+    assert webhook.counts() == {"sent": 0, "failed": 1}
+
+
+def test_the_metrics_endpoint_counts_webhook_failures(rig):
+    import urllib.request
+    webhook = prog.Webhook("http://127.0.0.1:9/hook")
+    webhook.failed = 3
+    config = G.parse_config(dict(rig.doc, metrics_address="127.0.0.1", metrics_port=free_port()))
+    server = prog.start_metrics(config, webhook)
+    try:
+        with urllib.request.urlopen("http://127.0.0.1:%d/metrics" % config.metrics_port, timeout=5) as response:
+            text = response.read().decode()
+        assert "dgxspark_guard_webhook_failures_total 3\n" in text
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def test_the_guard_reads_the_webhook_url_file_status_does_not(tmp_path, capsys):
+    rig = Rig(tmp_path)
+    hook = tmp_path / "webhook_url"
+    path = tmp_path / "guard.json"
+    path.write_text(json.dumps(dict(rig.doc, webhook_url_file=str(hook))), encoding="utf-8")
+    assert prog.load_config(str(path)).webhook_url == ""            # status, arm, ...: the file is not read
+    with pytest.raises(G.GuardConfigError, match=r"the webhook URL file .*/webhook_url is missing"):
+        prog.load_config(str(path), webhook=True)
+    assert prog.main(["--config", str(path), "check-config"]) == prog.EXIT_CONFIG
+    hook.write_text("ftp://files.example/sekrit\n", encoding="utf-8")
+    assert prog.main(["--config", str(path), "check-config"]) == prog.EXIT_CONFIG
+    out = capsys.readouterr().out
+    assert "must be an http:// or https:// URL (it starts with 'ftp:')" in out and "sekrit" not in out
+    hook.write_text("https://hooks.example/sekrit\n", encoding="utf-8")
+    assert prog.load_config(str(path), webhook=True).webhook_url == "https://hooks.example/sekrit"
+    assert prog.main(["--config", str(path), "check-config"]) == prog.EXIT_OK
+    hook.write_text("ftp://files.example/sekrit\n", encoding="utf-8")
+    assert prog.main(["--config", str(path), "status"]) == prog.EXIT_OK     # status never reads the URL
+
+
+def test_signal_handler_does_not_wait_for_the_events_lock(capsys):
+    # the signal lands while the main thread is inside stopping.wait(), holding the event's lock: the handler must
+    # return at once, and the event be set and the stop logged once the lock is free
+    stopping, returned = threading.Event(), threading.Event()
+    handler = prog.signal_stopper(stopping)
+
+    def interrupted_wait():
+        with stopping._cond:  # pylint: disable=protected-access
+            handler(signal.SIGTERM, None)
+            returned.set()
+
+    threading.Thread(target=interrupted_wait, daemon=True).start()
+    assert returned.wait(5), "the signal handler blocked on the event's lock"
+    assert stopping.wait(5)
+    assert "dgxspark-group-guard stopping on SIGTERM" in capsys.readouterr().out  # logged before the event is set

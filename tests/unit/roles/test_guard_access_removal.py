@@ -86,3 +86,27 @@ def test_teardown_and_a_guard_turned_off_run_disarm():
     launch = _load(ROOT / "roles" / "launch" / "tasks" / "main.yml")
     off = [task for task in launch if task.get("ansible.builtin.include_role", {}).get("tasks_from") == "disarm"]
     assert [task["when"] for task in off] == ["not dgxspark_vllm_config.guard"]
+
+
+def test_the_webhook_url_file_is_root_only_no_log_what_the_next_read_compares_and_under_the_removed_folder():
+    """install.yml writes guard_webhook_url, no_log, 0600 root, with the text _guard.webhook_file_text makes (the next
+    run compares its SHA-256), at the path prepare.yml reads and passes to guard_config; disarm.yml's removal of the
+    guard's folder takes it along."""
+    from ansible_collections.dgxspark.vllm.plugins.module_utils import _guard as G
+    variables = _variables()
+    tasks = {task["name"]: task for task in _load(TASKS / "install.yml")}
+    write = tasks["Write the URL the guard notifies, root's only (guard_webhook_url)"]
+    copy = write["ansible.builtin.copy"]
+    assert (copy["owner"], copy["group"], copy["mode"]) == ("root", "root", "0600")
+    assert write["no_log"] == "{{ dgxspark_vllm_config.secure_logging }}"
+    url = "https://hooks.example/sekrit"
+    ansible_like = jinja2.Environment(undefined=jinja2.StrictUndefined, keep_trailing_newline=True)   # as a task's args
+    assert ansible_like.from_string(copy["content"]).render(guard_webhook_url=url) == G.webhook_file_text(url)
+    assert copy["dest"] == "{{ __guard_plan.webhook.path }}"
+    prepare = _load(TASKS / "prepare.yml")
+    plan = next(task for task in prepare if "dgxspark.vllm.guard_config" in task)["dgxspark.vllm.guard_config"]
+    assert plan["webhook_path"] == "{{ __guard_webhook_path }}" and plan["webhook_url"] == "{{ guard_webhook_url }}"
+    path = _render("{{ __guard_webhook_path }}", variables)
+    removed = [_render(task["ansible.builtin.file"]["path"], variables) for task in _load(TASKS / "disarm.yml")
+               if task.get("ansible.builtin.file", {}).get("state") == "absent" and "loop" not in task]
+    assert posixpath.dirname(path) in removed

@@ -89,7 +89,8 @@ def test_every_file_read_by_name_is_one_the_read_names() -> None:
     prepare = yaml.safe_load((ROOT / "roles/guard/tasks/prepare.yml").read_text(encoding="utf-8"))
     also = _names(prepare[0]["vars"]["__guard_head_read"]["files"]) | _names(prepare[0]["vars"]["__guard_worker_read"]["files"])
     assert own == {"program", "config", "unit"}
-    assert also == {"config", "state", "maintenance", "public_key", "host_key", "authorized_keys", "sudoers", "program"}
+    assert also == {"config", "state", "maintenance", "public_key", "webhook", "host_key", "authorized_keys", "sudoers",
+                    "program"}
     text = "".join(path.read_text(encoding="utf-8") for path in _files("roles", "playbooks", "extensions/molecule"))
     own_reads = set(re.findall(r"(?<!also\.)by_name\.(\w+)", text.replace("also.by_name", "also.BY_NAME")))
     also_reads = set(re.findall(r"also\.by_name\.(\w+)|'also', 'by_name', '(\w+)'", text))

@@ -212,3 +212,31 @@ def test_the_metrics_endpoint_listens_on_the_heads_management_address_unless_tol
     document = _run(tmp_path, tunables={"metrics_port": 9478, "metrics_address": "127.0.0.1"})["document"]
     assert document["metrics_address"] == "127.0.0.1"
     assert "metrics_address" not in _run(tmp_path, tunables={"metrics_port": 0})["document"]
+
+
+URL = "https://hooks.example/services/sekrit-token"
+
+
+def test_a_webhook_url_is_checked_and_stays_out_of_the_result(tmp_path: Path) -> None:
+    absent = {"path": "/etc/dgxspark/guard/webhook_url", "exists": False, "sha256": None}
+    result = _run(tmp_path, webhook_url=URL, webhook_read=absent)
+    assert result["document"]["webhook_url_file"] == "/etc/dgxspark/guard/webhook_url"
+    assert result["webhook"] == {"path": "/etc/dgxspark/guard/webhook_url", "present": True, "current": False}
+    assert "sekrit" not in json.dumps(result)
+    # the head holds the document and the URL's file: current; another URL in that file: not
+    written = dict(absent, exists=True, sha256=hashlib.sha256((URL + "\n").encode()).hexdigest())
+    assert _run(tmp_path, _as_written(result["document"]), webhook_url=URL, webhook_read=written)["current"] is True
+    other = dict(written, sha256=hashlib.sha256(b"https://hooks.example/other\n").hexdigest())
+    assert _run(tmp_path, _as_written(result["document"]), webhook_url=URL, webhook_read=other)["current"] is False
+    # no URL: no file named, and a file left behind is not current
+    none = _run(tmp_path, webhook_read=absent)
+    assert "webhook_url_file" not in none["document"] and none["webhook"]["present"] is False
+    assert _run(tmp_path, _as_written(none["document"]), webhook_read=absent)["current"] is True
+    assert _run(tmp_path, _as_written(none["document"]), webhook_read=written)["current"] is False
+
+
+def test_a_webhook_url_that_is_not_http_fails_without_showing_it(tmp_path: Path) -> None:
+    with pytest.raises(AnsibleActionFail) as info:
+        _run(tmp_path, webhook_url="ftp://files.example/sekrit-token")
+    assert str(info.value) == ("the group guard cannot be configured: the webhook URL must be an http:// or https:// "
+                               "URL (it starts with 'ftp:')")

@@ -3,6 +3,7 @@
 """The group guard's decisions (module_utils/_guard.py): configuration, assessing, deciding, maintenance, state."""
 from __future__ import annotations
 
+import hashlib
 import json
 import time
 from pathlib import Path
@@ -882,3 +883,121 @@ def test_parse_config_metrics_endpoint():
     cfg = config(metrics_port=9478, metrics_address="10.77.0.11")
     assert (cfg.metrics_address, cfg.metrics_port) == ("10.77.0.11", 9478)
     assert (config().metrics_address, config().metrics_port) == ("", 0)
+
+
+# ------------------------------------------------------------------------------------------------ webhook
+
+SLACK = "https://hooks.slack.example/services/T000/B000/sekrit-token"
+
+
+@pytest.mark.parametrize("url", [SLACK, "http://10.77.0.1:19092/guard", "HTTPS://ntfy.example/topic",
+                                 "http://[fd77::1]:8080/x?token=abc"])
+def test_a_webhook_url_is_http_or_https_with_a_host(url):
+    assert G.webhook_url_problem(url) is None
+    assert G.parse_config(doc(webhook_url_file="/etc/g/webhook_url"), webhook_url=url + "\n").webhook_url == url
+
+
+@pytest.mark.parametrize("url, problem", [
+    ("ftp://files.example/sekrit", "the webhook URL must be an http:// or https:// URL (it starts with 'ftp:')"),
+    ("hooks.slack.example/sekrit", "the webhook URL must be an http:// or https:// URL (it has no scheme)"),
+    ("file:///etc/shadow", "the webhook URL must be an http:// or https:// URL (it starts with 'file:')"),
+    ("https:///sekrit", "the webhook URL names no host"),
+    ("http://host:port/sekrit", "the webhook URL cannot be parsed (its host or port)"),
+    ("https://host/a b", "the webhook URL must not contain spaces or control characters"),
+    ("https://host/a\r\nX-Injected: sekrit", "the webhook URL must not contain spaces or control characters"),
+    ("", "the webhook URL is empty"),
+])
+def test_a_webhook_url_that_is_not_http_is_refused_without_showing_it(url, problem):
+    assert G.webhook_url_problem(url) == problem
+    with pytest.raises(G.GuardConfigError) as info:
+        G.parse_config(doc(webhook_url_file="/etc/g/webhook_url"), webhook_url=url)
+    assert info.value.problems == [problem]
+    assert "sekrit" not in str(info.value)
+
+
+def test_the_webhook_url_stays_out_of_the_document_and_the_repr():
+    document = G.build_document(CLUSTER, ADDRESSES, {}, "/s.json", "/m.json", webhook_url=SLACK,
+                                webhook_url_file="/etc/g/webhook_url")
+    assert document["webhook_url_file"] == "/etc/g/webhook_url" and "sekrit" not in json.dumps(document)
+    cfg = G.parse_config(document)                          # as status reads it: the file is not read
+    assert (cfg.webhook_url_file, cfg.webhook_url) == ("/etc/g/webhook_url", "")
+    cfg = G.parse_config(document, webhook_url=SLACK)       # as the guard reads it
+    assert cfg.webhook_url == SLACK and "sekrit" not in repr(cfg)
+    assert "webhook_url_file" not in G.build_document(CLUSTER, ADDRESSES, {}, "/s.json", "/m.json")
+    with pytest.raises(G.GuardConfigError, match=r"^the webhook URL must be an http:// or https:// URL"):
+        G.build_document(CLUSTER, ADDRESSES, {}, "/s.json", "/m.json", webhook_url="smtp://mail/sekrit",
+                         webhook_url_file="/etc/g/webhook_url")
+    with pytest.raises(G.GuardConfigError, match="webhook_url_file must be an absolute path"):
+        G.build_document(CLUSTER, ADDRESSES, {}, "/s.json", "/m.json", webhook_url=SLACK, webhook_url_file="w")
+    with pytest.raises(G.GuardConfigError, match="unknown key 'webhook_url'"):
+        G.parse_config(doc(webhook_url=SLACK))              # never in the document itself
+
+
+def test_the_webhook_file_is_current_when_it_holds_the_url_or_is_absent_without_one():
+    text_sha = hashlib.sha256(G.webhook_file_text(SLACK).encode()).hexdigest()
+    assert G.webhook_file_text(SLACK) == SLACK + "\n"
+    assert G.webhook_file_current(SLACK, {"exists": True, "sha256": text_sha})
+    assert not G.webhook_file_current(SLACK, {"exists": True, "sha256": "0" * 64})        # another URL
+    assert not G.webhook_file_current(SLACK, {"exists": False, "sha256": None})
+    assert G.webhook_file_current("", {"exists": False, "sha256": None})
+    assert not G.webhook_file_current("", {"exists": True, "sha256": text_sha})           # a URL left behind
+    assert G.webhook_file_current(SLACK, None)                                            # not read
+
+
+def test_the_restored_body():
+    state = G.GuardState(status="armed", restores_total=4, restores_failed_total=1)
+    record = attempt(NOW - 42, ok=True, finished_at=NOW - 0.5, duration_seconds=41.5, kind="stopped", rank="spark2",
+                     reason="the serve container on spark2 is not running (exit code 137)",
+                     last_lines=["a log line"], baseline={"spark1": T1}, phases={"spark2": {"rendezvous": 2.0}})
+    body = G.webhook_body("restored", config(), state, NOW, record)
+    assert body == {
+        "event": "restored", "head": "spark1", "container": "vllm_glm53", "served_model_name": "glm",
+        "status": "armed", "time": G.iso(NOW), "timestamp": NOW, "restores_total": 4, "restores_failed_total": 1,
+        "kind": "stopped", "rank": "spark2", "reason": "the serve container on spark2 is not running (exit code 137)",
+        "ok": True, "error": None, "failed_rank": None, "failed_phase": None, "duration_seconds": 41.5,
+        "started_at": NOW - 42, "finished_at": NOW - 0.5,
+        "text": "dgxspark guard on spark1: restored, vllm_glm53 serves again after a 42 s restore (the serve "
+                "container on spark2 is not running (exit code 137))"}
+    assert json.loads(json.dumps(body)) == body
+
+
+def test_the_restore_failed_body():
+    state = G.GuardState(status="backoff", restores_total=2, restores_failed_total=2)
+    record = attempt(NOW - 30, duration_seconds=29.9, kind="api", rank="spark1", reason="the head's API failed",
+                     failed_phase="memory", error="memory not released on spark2: 5.0 GiB available")
+    body = G.webhook_body("restore_failed", config(), state, NOW, record)
+    assert (body["event"], body["ok"], body["failed_rank"], body["failed_phase"]) == ("restore_failed", False, "spark2",
+                                                                                      "memory")
+    assert (body["error"], body["status"], body["kind"]) == ("memory not released on spark2: 5.0 GiB available",
+                                                             "backoff", "api")
+    assert body["text"] == ("dgxspark guard on spark1: a restore FAILED after 30 s at spark2 in phase memory: memory "
+                            "not released on spark2: 5.0 GiB available (it began because the head's API failed); the "
+                            "guard is backoff")
+
+
+def test_the_gave_up_body():
+    state = G.GuardState(status="gave_up", restores_total=3, restores_failed_total=2)
+    state.gave_up = G.give_up_record(state, config(), G.Finding("memory", "spark2", "memory not released on spark2"),
+                                     NOW)
+    body = G.webhook_body("gave_up", config(), state, NOW)
+    assert {key: body[key] for key in ("event", "status", "reason", "kind", "rank")} == {
+        "event": "gave_up", "status": "gave_up", "reason": "memory not released on spark2", "kind": "memory",
+        "rank": "spark2"}
+    assert body["fix"].startswith("free the node's memory") and body["fix"] == state.gave_up["fix"]
+    assert body["text"] == f"dgxspark guard on spark1: GAVE UP: memory not released on spark2. Fix: {body['fix']}"
+    assert "last_lines" not in body and "ok" not in body
+
+
+def test_a_body_for_an_unknown_event_or_without_its_record_is_refused():
+    with pytest.raises(ValueError, match="unknown webhook event 'restarted'"):
+        G.webhook_body("restarted", config(), G.GuardState(), NOW, {})
+    with pytest.raises(ValueError, match="needs the restore's record"):
+        G.webhook_body("restored", config(), G.GuardState(), NOW)
+
+
+def test_metrics_count_webhook_failures():
+    got = samples(G.metrics_text(None, None, NOW))
+    assert got["dgxspark_guard_webhook_failures_total"] == 0 and got["dgxspark_guard_webhook_sent_total"] == 0
+    got = samples(G.metrics_text(G.GuardState(), None, NOW, {"sent": 3, "failed": 2}))
+    assert got["dgxspark_guard_webhook_failures_total"] == 2 and got["dgxspark_guard_webhook_sent_total"] == 3
+    assert "# TYPE dgxspark_guard_webhook_failures_total counter" in G.metrics_text(None, None, NOW)
