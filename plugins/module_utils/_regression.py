@@ -93,8 +93,12 @@ def _no_comparison(reason: str, against: str | None = None) -> dict[str, Any]:
 
 
 def compare(serving_id: str, baseline: Mapping[str, Any] | None, last_good: Mapping[str, Any] | None,
-            thresholds: Mapping[str, Any] | None = None) -> dict[str, Any]:
+            thresholds: Mapping[str, Any] | None = None,
+            serving: Mapping[str, Any] | None = None) -> dict[str, Any]:
     """The serving release's baseline against the last known-good release's.
+
+    ``serving`` is the serving release's record (its ``profile`` and ``model.repo``): another profile or another
+    model than the last known-good's is a different engine, whose figures are not a regression of it (no comparison).
 
     Returns ``compared`` (whether the figures were compared), ``regressed``, ``against`` (the known-good id),
     ``reason`` (why there was no comparison, or its outcome), ``figures`` (one entry per figure: name, label,
@@ -115,6 +119,14 @@ def compare(serving_id: str, baseline: Mapping[str, Any] | None, last_good: Mapp
     good_id = str(last_good.get("id"))
     if good_id == serving_id:
         return _no_comparison(f"the serving release {serving_id} is the last known-good", good_id)
+    if serving is not None:
+        for what, mine, theirs in (
+                ("profile", serving.get("profile"), last_good.get("profile")),
+                ("model", (serving.get("model") or {}).get("repo"), (last_good.get("model") or {}).get("repo"))):
+            if mine != theirs:
+                return _no_comparison(f"the last known-good release {good_id} serves another {what} ({theirs}; now "
+                                      f"{mine}): its figures are another engine's, not a baseline of this one",
+                                      good_id)
     old = last_good.get("baseline")
     if not isinstance(old, Mapping):
         return _no_comparison(f"the last known-good release {good_id} has no baseline (recorded without a "

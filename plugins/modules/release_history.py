@@ -285,7 +285,8 @@ def main() -> None:
         now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
         if p["baseline"] is not None:
             p["baseline"]["measured_at"] = p["baseline"].get("measured_at") or now
-        regression = reg.compare(release["id"], p["baseline"], rel.last_known_good(history), thresholds)
+        regression = reg.compare(release["id"], p["baseline"], rel.last_known_good(history), thresholds,
+                                 serving=release)
         history, changed = rel.record(history, release, now=now, known_good=not regression["regressed"],
                                       keep=p["keep"], baseline=p["baseline"], regression=regression)
         rel.write_file(path, rel.dumps(history), check_mode=module.check_mode)

@@ -99,3 +99,19 @@ def test_the_thresholds_in_the_configuration_decide():
 def test_a_serving_baseline_without_its_figures_cannot_be_compared():
     with pytest.raises(reg.RegressionError, match="has no positive decode_tok_s"):
         reg.compare("bbbbbbbbbbbb", now(decode_tok_s=0), KNOWN_GOOD)
+
+
+@pytest.mark.parametrize("serving, what", [
+    ({"profile": "glm53_flash_exl3", "model": {"repo": "org/glm"}}, "another profile (lab_cpu; now glm53_flash_exl3)"),
+    ({"profile": "lab_cpu", "model": {"repo": "org/other"}}, "another model (org/glm; now org/other)"),
+])
+def test_another_profile_or_model_is_not_compared(serving, what):
+    # far slower, yet another engine: not a regression of the known-good one
+    good = dict(KNOWN_GOOD, profile="lab_cpu", model={"repo": "org/glm", "commit": "c" * 40})
+    result = reg.compare("bbbbbbbbbbbb", now(decode_tok_s=1.0, ttft_ms_p50=9000.0, output_throughput=1.0), good,
+                         serving=serving)
+    assert not result["compared"] and not result["regressed"]
+    assert what in result["reason"]
+    same = reg.compare("bbbbbbbbbbbb", now(decode_tok_s=1.0), good,
+                       serving={"profile": "lab_cpu", "model": {"repo": "org/glm", "commit": "d" * 40}})
+    assert same["compared"] and same["regressed"]    # a new revision of the same model is compared
