@@ -307,6 +307,17 @@ def _tail(text: str, lines: int = 15) -> str:
     return "\n".join(kept) if kept else "(nothing)"
 
 
+def run_output(run: Mapping[str, Any]) -> tuple[str, str, int | None]:
+    """The driver's stdout, stderr and exit code from the registered result of its run in the serve container;
+    BenchError when it did not run (skipped) or could not start (a message, no output)."""
+    if run.get("skipped"):
+        raise BenchError("the benchmark did not run in the serve container (its task was skipped)")
+    stdout, stderr = run.get("stdout") or "", run.get("stderr") or ""
+    if not stdout and run.get("msg"):
+        raise BenchError(f"the benchmark could not start in the serve container: {run['msg']}")
+    return stdout, stderr, run.get("rc")
+
+
 def parse_driver_output(stdout: str, stderr: str = "", rc: int | None = None) -> dict[str, Any]:
     """The driver's results document: the JSON after the last ``RESULT_MARKER`` line of its stdout."""
     doc = None

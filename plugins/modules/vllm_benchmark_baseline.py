@@ -125,17 +125,9 @@ from ansible_collections.dgxspark.vllm.plugins.module_utils._bench import (
     baseline_line,
     check_complete,
     parse_driver_output,
+    run_output,
     summarize,
 )
-
-
-def _run_output(run: dict) -> tuple[str, str, int | None]:
-    if run.get("skipped"):
-        raise BenchError("the benchmark did not run in the serve container (its task was skipped)")
-    stdout, stderr = run.get("stdout") or "", run.get("stderr") or ""
-    if not stdout and run.get("msg"):
-        raise BenchError(f"the benchmark could not start in the serve container: {run['msg']}")
-    return stdout, stderr, run.get("rc")
 
 
 def main() -> None:
@@ -149,7 +141,7 @@ def main() -> None:
     )
     p = module.params
     try:
-        doc = parse_driver_output(*_run_output(p["run"]))
+        doc = parse_driver_output(*run_output(p["run"]))
         check_complete(p["cases"], doc["results"])
         summary = summarize(doc["results"])
         baseline = baseline_from(summary, p["params"], measured_at=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
