@@ -32,8 +32,18 @@ wait_restore() {   # wait_restore BEFORE: until one more restore is recorded and
     sleep 1
   done
 }
+stable=$(docker exec dgxlab-head python3 -c 'import json; print(json.load(open("/etc/dgxspark/guard.json")).get("stable_seconds", 0))')
+settle() {   # until the guard is armed and its last restore has served for stable_seconds (2 min): a fault sooner
+  # counts that restore as failed (it did not last), the guard's rule, and two such failures make it give up
+  local deadline=$((SECONDS + 120))
+  until guard | python3 -c 'import json,sys; d=json.load(sys.stdin); s=d["state"]; last=(s.get("last_restore") or {}).get("finished_at", 0); sys.exit(0 if s["status"] == "armed" and d["now"] - last >= float(sys.argv[1]) else 1)' "$stable"; do
+    [ $SECONDS -lt $deadline ] || { echo "the guard did not settle (armed, last restore served ${stable} s) within 120 s:"; guard; exit 1; }
+    sleep 1
+  done
+}
 fault() {   # fault NAME NODE COMMAND...: inject, wait for the restore, print the figures
   local name=$1 node=$2; shift 2
+  settle
   local before; before=$(count)
   local t0; t0=$(date +%s.%N)
   docker exec "dgxlab-$node" sh -c "$*"
@@ -81,6 +91,7 @@ grace=$(docker exec dgxlab-head python3 -c 'import json; print(json.load(open("/
 echo "freeze: grace_seconds=$grace (detection goal <= grace + 5 s)"
 fault worker-freeze worker "docker pause vllm_glm53"
 double_fault() {   # the worker killed, then again while the restore that follows loads the head
+  settle
   local before; before=$(count)
   local t0; t0=$(date +%s.%N)
   docker exec dgxlab-worker sh -c "kill -KILL $pid"
