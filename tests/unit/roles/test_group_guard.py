@@ -1085,20 +1085,27 @@ class _Api(http.server.BaseHTTPRequestHandler):
         pass
 
 
-@pytest.fixture(name="api")
-def api_fixture(monkeypatch):
-    monkeypatch.setenv("http_proxy", "http://127.0.0.1:9")     # the probe must never go through a proxy
-    monkeypatch.setenv("HTTP_PROXY", "http://127.0.0.1:9")
-    monkeypatch.delenv("no_proxy", raising=False)
-    monkeypatch.delenv("NO_PROXY", raising=False)
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Api)
-    server.seen, server.answers = [], {}
+def _serving(handler, **attributes):
+    """A real HTTP server on 127.0.0.1 (a free port) with `attributes` set on it, served from a thread until the
+    generator is closed: the body of a server fixture."""
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    for name, value in attributes.items():
+        setattr(server, name, value)
     thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
     thread.start()
     yield server
     server.shutdown()
     server.server_close()
     thread.join(5)
+
+
+@pytest.fixture(name="api")
+def api_fixture(monkeypatch):
+    monkeypatch.setenv("http_proxy", "http://127.0.0.1:9")     # the probe must never go through a proxy
+    monkeypatch.setenv("HTTP_PROXY", "http://127.0.0.1:9")
+    monkeypatch.delenv("no_proxy", raising=False)
+    monkeypatch.delenv("NO_PROXY", raising=False)
+    yield from _serving(_Api, seen=[], answers={})
 
 
 def api_probe(tmp_path, port):
@@ -1347,14 +1354,7 @@ class _Receiver(http.server.BaseHTTPRequestHandler):
 def receiver_fixture(monkeypatch):
     for name in ("http_proxy", "HTTP_PROXY", "https_proxy", "HTTPS_PROXY", "all_proxy", "ALL_PROXY"):
         monkeypatch.delenv(name, raising=False)
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Receiver)
-    server.seen, server.status = [], 204
-    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
-    thread.start()
-    yield server
-    server.shutdown()
-    server.server_close()
-    thread.join(5)
+    yield from _serving(_Receiver, seen=[], status=204)
 
 
 def test_a_restore_and_a_give_up_are_posted_to_a_real_receiver(tmp_path, receiver, capsys):
