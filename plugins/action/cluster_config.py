@@ -26,6 +26,7 @@ from ansible_collections.dgxspark.vllm.plugins.module_utils._config import (
     select_cluster,
 )
 from ansible_collections.dgxspark.vllm.plugins.module_utils._profiles import plain
+from ansible_collections.dgxspark.vllm.plugins.module_utils._upgrade import PIN_FACT
 from ansible_collections.dgxspark.vllm.plugins.plugin_utils._controller_action import (
     ControllerAction,
     ControllerTaskError,
@@ -118,14 +119,15 @@ class ActionModule(ControllerAction):
         checked = {host: self._checked(hostvars, host, roles) for host in read}
         extra: dict[str, Any] = {}
         if head:
-            extra = self._read(hostvars, head[0], [name for name in ("ansible_user", "checkpoint_allow_denylisted", "image_digest")
-                                                   if name in hostvars[head[0]]], problems)
+            wanted = ("ansible_user", "checkpoint_allow_denylisted", "image_digest", PIN_FACT)
+            extra = self._read(hostvars, head[0], [name for name in wanted if name in hostvars[head[0]]], problems)
         try:
             builtin = builtin_profile_data()
             inputs = Inputs(hostvars=read, head=head, workers=workers, builtin_profiles=builtin, cluster=cluster.name,
                             ansible_user=extra.get("ansible_user"), checked_vars=checked,
                             allow_denylisted=parse_bool(str(extra.get("checkpoint_allow_denylisted", False))) is True,
-                            image_digest=str(extra.get("image_digest") or ""))
+                            image_digest=str(extra.get("image_digest") or ""),
+                            release_pin=extra.get(PIN_FACT) or None)
             if problems:
                 raise ConfigError(problems)
             config = resolve(inputs)

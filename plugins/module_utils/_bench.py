@@ -190,6 +190,97 @@ def plan_cases(*, port: int, served_model_name: str, tokenizer: str | None, max_
     return cases
 
 
+BASELINE_PARAMS: tuple[str, ...] = ("input_tokens", "output_tokens", "decode_prompts", "concurrency", "prompts")
+"""What a baseline was measured with; two baselines compare only when all of these are equal."""
+
+
+def baseline_params(*, input_tokens: int, output_tokens: int, decode_prompts: int, concurrency: int,
+                    prompts: int) -> dict[str, int]:
+    """The short benchmark's parameters, checked: every one a positive integer, at least two tokens out (a decode
+    rate needs two), at least as many prompts as concurrent streams (else the level is never reached)."""
+    params = {"input_tokens": _positive_int("input_tokens", input_tokens),
+              "output_tokens": _positive_int("output_tokens", output_tokens),
+              "decode_prompts": _positive_int("decode_prompts", decode_prompts),
+              "concurrency": _positive_int("concurrency", concurrency),
+              "prompts": _positive_int("prompts", prompts)}
+    if params["output_tokens"] < 2:
+        raise BenchError(f"output_tokens must be at least 2 (a decode rate needs two tokens), got {output_tokens}")
+    if params["prompts"] < params["concurrency"]:
+        raise BenchError(f"prompts ({prompts}) must be at least the concurrency ({concurrency}): fewer prompts never "
+                         "reach that many concurrent requests")
+    return params
+
+
+def plan_baseline(*, port: int, served_model_name: str, tokenizer: str | None, params: Mapping[str, int],
+                  result_dir: str, seed: int, max_model_len: int | None = None) -> list[dict[str, Any]]:
+    """The short benchmark after a passed verify, in the order the cases run (see `baseline_params`):
+
+    - ``decode``: one stream, ``decode_prompts`` random prompts of ``input_tokens`` tokens one after the other,
+      ``output_tokens`` generated each (``--ignore-eos``): the decode tokens/s at concurrency 1;
+    - ``concurrency-<c>``: ``prompts`` prompts of the same size with at most ``concurrency`` in flight: TTFT p50
+      and the output throughput at that concurrency.
+
+    Both use ``case_argv`` (the same flags as playbooks/benchmark.yml); case i uses ``seed + i``.
+    """
+    checked = baseline_params(**{key: params.get(key) for key in BASELINE_PARAMS})  # type: ignore[arg-type]
+    if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
+        raise BenchError(f"seed must be an integer >= 0, got {seed!r}")
+    if not isinstance(result_dir, str) or not result_dir.startswith("/") or result_dir.rstrip("/") == "":
+        raise BenchError(f"result_dir must be an absolute directory other than /, got {result_dir!r}")
+    if not isinstance(served_model_name, str) or not served_model_name:
+        raise BenchError("served_model_name must be a non-empty string")
+    port = _positive_int("port", port)
+    if max_model_len is not None and checked["input_tokens"] + checked["output_tokens"] > max_model_len:
+        raise BenchError(f"a {checked['input_tokens']}-token prompt plus {checked['output_tokens']} generated tokens "
+                         f"exceed the served max_model_len {max_model_len}; lower the input or output tokens")
+    level = checked["concurrency"]
+    specs = [("decode", checked["decode_prompts"], 1), (f"concurrency-{level}", checked["prompts"], level)]
+    cases = []
+    for index, (name, num_prompts, concurrency) in enumerate(specs):
+        cases.append({
+            "name": name, "kind": name.split("-")[0], "concurrency": concurrency,
+            "input_tokens": checked["input_tokens"], "output_tokens": checked["output_tokens"],
+            "num_prompts": num_prompts, "seed": seed + index,
+            "argv": case_argv(name, port=port, served_model_name=served_model_name, tokenizer=tokenizer,
+                              input_tokens=checked["input_tokens"], output_tokens=checked["output_tokens"],
+                              num_prompts=num_prompts, concurrency=concurrency, seed=seed + index,
+                              result_dir=result_dir),
+        })
+    return cases
+
+
+def baseline_from(summary: Mapping[str, Any], params: Mapping[str, int], *, measured_at: str,
+                  elapsed_s: float | None = None, vllm_version: str | None = None) -> dict[str, Any]:
+    """The baseline a release is recorded with, from the short benchmark's summary (`summarize`):
+    ``decode_tok_s`` (the decode case), ``ttft_ms_p50`` and ``output_throughput`` (the concurrency case), the
+    parameters, when, how long the whole run took (``elapsed_s``: vLLM's import included) and the vLLM that measured.
+    BenchError when a figure is missing or not positive (it could not be compared)."""
+    rows = {row["case"]: row for row in summary.get("rows") or []}
+    level = params.get("concurrency")
+    decode, loaded = rows.get("decode"), rows.get(f"concurrency-{level}")
+    if decode is None or loaded is None:
+        raise BenchError(f"the short benchmark needs the cases decode and concurrency-{level}; it has "
+                         f"{sorted(rows) or 'none'}")
+    figures = {"decode_tok_s": decode.get("decode_tok_s"), "ttft_ms_p50": loaded.get("ttft_ms_p50"),
+               "output_throughput": loaded.get("output_throughput")}
+    bad = [f"{key} {value!r}" for key, value in figures.items()
+           if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0]
+    if bad:
+        raise BenchError("the short benchmark measured no usable " + ", ".join(bad) + ": a baseline needs positive "
+                         "figures (are the output tokens at least 2, and did every request generate them?)")
+    bench_s = round(sum(float(row.get("duration_s") or 0) for row in rows.values()), 3)
+    return {**figures, "concurrency": level, "params": dict(params), "measured_at": measured_at,
+            "duration_s": round(float(elapsed_s), 3) if elapsed_s is not None else bench_s, "bench_s": bench_s,
+            "vllm_version": vllm_version}
+
+
+def baseline_line(baseline: Mapping[str, Any]) -> str:
+    """A baseline in one line."""
+    return (f"decode {baseline.get('decode_tok_s')} tok/s at concurrency 1; at concurrency "
+            f"{baseline.get('concurrency')}: TTFT p50 {baseline.get('ttft_ms_p50')} ms, "
+            f"{baseline.get('output_throughput')} output tok/s")
+
+
 def driver_plan(cases: Sequence[Mapping[str, Any]], *, port: int, served_model_name: str, result_dir: str,
                 case_timeout: int, resolve_tokenizer: bool) -> dict[str, Any]:
     """The document the driver reads (its one argument, as JSON)."""
@@ -214,6 +305,17 @@ def exec_timeout(plan: Mapping[str, Any]) -> int:
 def _tail(text: str, lines: int = 15) -> str:
     kept = [line for line in (text or "").splitlines() if line.strip()][-lines:]
     return "\n".join(kept) if kept else "(nothing)"
+
+
+def run_output(run: Mapping[str, Any]) -> tuple[str, str, int | None]:
+    """The driver's stdout, stderr and exit code from the registered result of its run in the serve container;
+    BenchError when it did not run (skipped) or could not start (a message, no output)."""
+    if run.get("skipped"):
+        raise BenchError("the benchmark did not run in the serve container (its task was skipped)")
+    stdout, stderr = run.get("stdout") or "", run.get("stderr") or ""
+    if not stdout and run.get("msg"):
+        raise BenchError(f"the benchmark could not start in the serve container: {run['msg']}")
+    return stdout, stderr, run.get("rc")
 
 
 def parse_driver_output(stdout: str, stderr: str = "", rc: int | None = None) -> dict[str, Any]:

@@ -21,9 +21,12 @@ from ansible_collections.dgxspark.vllm.plugins.module_utils import _kit
 from ansible_collections.dgxspark.vllm.plugins.module_utils import _manifest
 from ansible_collections.dgxspark.vllm.plugins.module_utils import _pins
 from ansible_collections.dgxspark.vllm.plugins.module_utils import _placeholders
+from ansible_collections.dgxspark.vllm.plugins.module_utils import _regression
 from ansible_collections.dgxspark.vllm.plugins.module_utils import _preflight
+from ansible_collections.dgxspark.vllm.plugins.module_utils import _release
 from ansible_collections.dgxspark.vllm.plugins.module_utils import _tensor_parallel
 from ansible_collections.dgxspark.vllm.plugins.module_utils import _timing
+from ansible_collections.dgxspark.vllm.plugins.module_utils import _upgrade
 from ansible_collections.dgxspark.vllm.plugins.module_utils._profiles import (
     DEFAULT_PROFILE,
     MODEL_KEYS,
@@ -107,9 +110,15 @@ VARIABLES: Mapping[str, Variable] = {var.name: var for var in (
     _v("api_allowed_cidrs", kind="cidrs", example="[192.168.1.0/24]"),
     _v("require_api_key", kind="bool", example="true"),
     _v("require_pins", kind="bool", example="true"),
+    # an upgrade whose launch or verify fails rolls back to the last known-good release (false: left stopped)
+    _v("upgrade_rollback", kind="bool", example="true"),
     _v("api_key_file", kind="path", example="/etc/dgxspark/api-key"),
     # the group guard's Prometheus endpoint on the head (0: none); the firewall admits it from the API's networks only
     _v("guard_metrics_port", kind="port", example="9478"),
+    # How far verify's short benchmark may fall behind the last known-good release's baseline (_regression), in %.
+    _v("regression_decode_drop_percent", kind="percent", example="10"),
+    _v("regression_ttft_rise_percent", kind="percent", example="25"),
+    _v("regression_throughput_drop_percent", kind="percent", example="10"),
     # How a start is watched and stopped (the timing part of the fact; _timing): one value for every role.
     _v("budgets", kind="timing", example="{api_up: 1800}"),
     _v("poll_interval", kind="timing", example="2"),
@@ -170,6 +179,9 @@ class Inputs:
     # variables, as the inventory gives them), checked with the dgxspark_vllm_* ones
     checked_vars: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
     image_digest: str = ""   # the image role's image_digest (the head's), which pins a tag as a digest does
+    # a recorded release the run serves instead of the inventory's image, model, profile, settings and KV value (the
+    # upgrade role's fact upgrade_release_pin on the head, set by a rollback: _upgrade.pin)
+    release_pin: Mapping[str, Any] | None = None
 
 
 @dataclass(frozen=True)
@@ -405,6 +417,12 @@ def _check_plain(name: str, var: Variable, value: Any, problems: list[str]) -> A
             if network not in networks:
                 networks.append(network)
         return networks
+    if var.kind == "percent":
+        try:
+            return _regression.check_threshold(name[len("regression_"):], value, full)
+        except _regression.RegressionError as exc:
+            problems.append(str(exc))
+            return _MISSING
     if var.kind == "dict":
         if not isinstance(value, Mapping):
             problems.append(f"{full} must be a mapping, got {value!r} (e.g. {_fix(full, var.example)})")
@@ -431,6 +449,8 @@ class _Resolved:
 def _profile(inputs: Inputs, problems: list[str]) -> Profile | None:
     name = _cluster_value(inputs, "profile")
     name = DEFAULT_PROFILE if name is _MISSING or name is None else name
+    if inputs.release_pin:
+        name = inputs.release_pin.get("profile") or name
     user = _cluster_value(inputs, "profiles")
     user = None if user is _MISSING else user
     try:
@@ -517,6 +537,13 @@ def resolve(inputs: Inputs) -> dict[str, Any]:
             continue
         values[var.setting], sources[var.setting] = value, PREFIX + var.name
 
+    if inputs.release_pin:
+        try:
+            pinned = _upgrade.pinned_values(inputs.release_pin, RENDER_KEYS)
+        except _upgrade.UpgradeError as exc:
+            raise ConfigError([str(exc)]) from None
+        for key, value in pinned.items():
+            values[key], sources[key] = value, f"release {inputs.release_pin['id']}"
     name = _namer(sources)
     name.sources = sources  # type: ignore[attr-defined]
     _check_image(values["image"], name("image"), problems)
@@ -573,8 +600,13 @@ def resolve(inputs: Inputs) -> dict[str, Any]:
                         bool((inputs.hostvars.get(head) or {}).get(GENERATED_KEY_FACT))),
         "hf_token_set": bool(explicit.get("hf_token")),
         "require_pins": explicit.get("require_pins", False),
+        "upgrade_rollback": explicit.get("upgrade_rollback", True),
+        # the recorded release this run serves instead of the inventory's (a rollback), or ""
+        "release_pin": str((inputs.release_pin or {}).get("id") or ""),
         # the image role's record of the digest its staging resolved, on each node (read by the launch)
         "image_record_path": _pins.RECORD_PATH,
+        # the cluster's release history on the head (root-only; verify records the known-good release there)
+        "release_history_path": _release.HISTORY_PATH,
         "unpinned": unpinned,
         "settings": {key: value for key, value in render_settings.items() if value is not None},
         "cluster": inputs.cluster,
@@ -582,6 +614,9 @@ def resolve(inputs: Inputs) -> dict[str, Any]:
         "workers": list(inputs.workers),
         "nodes": nodes,
         "head_cx7_ip": nodes[head]["cx7_ip"],
+        # how far verify's short benchmark may fall behind the last known-good's baseline, in percent
+        "regression": {key: explicit.get("regression_" + key, default)
+                       for key, default in _regression.DEFAULT_THRESHOLDS.items()},
         # how a start is watched and stopped: the launch, the EXL3 kit, the cluster's stop and the guard read these
         "timing": timing,
     }
@@ -592,8 +627,11 @@ def resolve(inputs: Inputs) -> dict[str, Any]:
         config[key] = values[key]
     config["cx7_subnet"] = values["cx7_subnet"] or ""
     for key in ("lab", "accept_noncommercial_drafter", "staging_lock_path", "secure_logging", "profile", "guard",
-                "firewall", "require_api_key", "api_key_file", "require_pins", "guard_metrics_port"):
+                "firewall", "require_api_key", "api_key_file", "require_pins", "guard_metrics_port",
+                "upgrade_rollback"):
         sources.setdefault(key, "default")
+    for key in _regression.DEFAULT_THRESHOLDS:
+        sources.setdefault("regression_" + key, "default")
     sources.setdefault("api_allowed_cidrs", "default (the controller's address and the nodes)")
     sources["profile"] = sources.get("profile") if "profile" in explicit else "default"
     sources.update({f"timing.{key}": source for key, source in timing_sources.items()})

@@ -193,6 +193,11 @@ def step(watch: Watch, obs: Observation) -> Verdict:
     if watch.reached.get(PHASES[0]) is not None and not obs.running:
         code = "" if obs.exit_code is None else f" (exit code {obs.exit_code})"
         return verdict("failed", f"container stopped{code} after reaching phase {current or 'none'}")
+    # a container that exited with an error before any poll saw it run (an engine that fails at once): not a start
+    # still to come, so its budget is not waited out (a container created but not yet started has exit code 0)
+    if obs.exists and not obs.running and obs.exit_code not in (None, 0):
+        return verdict("failed", f"container exited (exit code {obs.exit_code}) before any poll saw it running: the "
+                       f"engine failed at once; last line: {obs.last_line or 'none'}")
     if phase_index(current) >= phase_index(watch.target):
         return verdict("done")
     # dead peers: once this rank passed `peers_after`, every peer must hold a connection to it

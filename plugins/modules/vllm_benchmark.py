@@ -174,6 +174,7 @@ from ansible_collections.dgxspark.vllm.plugins.module_utils._bench import (
     check_complete,
     parse_driver_output,
     reference_for,
+    run_output,
     summarize,
     summary_lines,
     to_csv,
@@ -185,15 +186,6 @@ from ansible_collections.dgxspark.vllm.plugins.module_utils._bench_chart import 
     build_figure,
     write_png,
 )
-
-
-def _run_output(run: dict) -> tuple[str, str, int | None]:
-    if run.get("skipped"):
-        raise BenchError("the benchmark did not run in the serve container (its task was skipped)")
-    stdout, stderr = run.get("stdout") or "", run.get("stderr") or ""
-    if not stdout and run.get("msg"):
-        raise BenchError(f"the benchmark could not start in the serve container: {run['msg']}")
-    return stdout, stderr, run.get("rc")
 
 
 def main() -> None:
@@ -219,7 +211,7 @@ def main() -> None:
     reference = reference_for(p["profile"])
     stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
     try:
-        doc = parse_driver_output(*_run_output(p["run"]))
+        doc = parse_driver_output(*run_output(p["run"]))
         check_complete(p["cases"], doc["results"])
         summary = summarize(doc["results"])
         figure = build_figure(summary, chart_title(p["model"], p["profile"], stamp, doc.get("vllm_version")),

@@ -15,6 +15,10 @@ description:
   - V(ttft) - one random prompt of O(large_prompt_tokens) tokens, 8 tokens generated - time to first token.
   - V(concurrency-<c>) for each level of O(concurrency) - C(--max-concurrency) c, 4 x c prompts of 512 tokens,
     O(max_tokens) tokens each.
+  - With O(kind=baseline), the short benchmark verify runs after every check passed, two cases instead - V(decode) at
+    concurrency 1 (O(decode_prompts) prompts) and V(concurrency-<c>) (O(num_prompts) prompts, at most c in flight,
+    c the one level of O(concurrency)), both with O(input_tokens)-token prompts and O(max_tokens) tokens out;
+    RV(params) are what a baseline compares by.
   - Every case talks to the head's own loopback, C(--base-url http://127.0.0.1:<port>) (the serve container runs
     with C(--network host)), reports C(--percentile-metrics ttft,tpot,itl,e2el --metric-percentiles 50,90,99),
     and saves C(<case>.json) (C(--save-result --save-detailed)) under O(result_dir) in the container.
@@ -31,6 +35,23 @@ extends_documentation_fragment:
   - dgxspark.vllm.attributes
   - dgxspark.vllm.attributes.pure
 options:
+  kind:
+    description: V(sweep) - the cases above (C(playbooks/benchmark.yml)); V(baseline) - verify's short benchmark.
+    type: str
+    choices: [sweep, baseline]
+    default: sweep
+  input_tokens:
+    description: Prompt size, in tokens, of both cases of O(kind=baseline).
+    type: int
+    default: 64
+  decode_prompts:
+    description: Prompts of the decode case of O(kind=baseline), one after the other.
+    type: int
+    default: 2
+  num_prompts:
+    description: Prompts of the concurrency case of O(kind=baseline) (at least its concurrency).
+    type: int
+    default: 8
   port:
     description: The API port of the head's server (C(dgxspark_vllm_config.port)).
     type: int
@@ -60,7 +81,9 @@ options:
     type: int
     default: 32768
   concurrency:
-    description: The sweep's concurrency levels, one case each (distinct positive integers).
+    description:
+      - The sweep's concurrency levels, one case each (distinct positive integers).
+      - With O(kind=baseline), exactly one level.
     type: list
     elements: int
     default: [1, 2, 4]
@@ -180,6 +203,11 @@ seed:
   returned: always
   type: int
   sample: 1733000000
+params:
+  description: With O(kind=baseline), the parameters the baseline is measured with (compared between baselines).
+  returned: kind is baseline
+  type: dict
+  sample: {input_tokens: 64, output_tokens: 32, decode_prompts: 2, concurrency: 4, prompts: 8}
 result_dir:
   description: The result directory inside the container.
   returned: always
@@ -193,9 +221,11 @@ from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.dgxspark.vllm.plugins.module_utils._bench import (
     BenchError,
+    baseline_params,
     driver_plan,
     exec_argv,
     exec_timeout,
+    plan_baseline,
     plan_cases,
 )
 
@@ -203,6 +233,10 @@ from ansible_collections.dgxspark.vllm.plugins.module_utils._bench import (
 def main() -> None:
     module = AnsibleModule(
         argument_spec={
+            "kind": {"type": "str", "choices": ["sweep", "baseline"], "default": "sweep"},
+            "input_tokens": {"type": "int", "default": 64, "no_log": False},
+            "decode_prompts": {"type": "int", "default": 2},
+            "num_prompts": {"type": "int", "default": 8},
             "port": {"type": "int", "required": True},
             "served_model_name": {"type": "str", "required": True},
             "tokenizer": {"type": "str", "no_log": False},
@@ -219,18 +253,29 @@ def main() -> None:
     p = module.params
     seed = p["seed"] if p["seed"] is not None else random.SystemRandom().randrange(2 ** 31 - 1024)
     result_dir = p["result_dir"] or f"/tmp/dgxspark-bench-{seed}"
+    extra = {}
     try:
-        cases = plan_cases(port=p["port"], served_model_name=p["served_model_name"], tokenizer=p["tokenizer"],
-                           max_tokens=p["max_tokens"], large_prompt_tokens=p["large_prompt_tokens"],
-                           concurrency=p["concurrency"], result_dir=result_dir, seed=seed,
-                           max_model_len=p["max_model_len"])
+        if p["kind"] == "baseline":
+            if len(p["concurrency"]) != 1:
+                raise BenchError(f"the baseline measures at one concurrency, got {p['concurrency']}")
+            extra["params"] = baseline_params(input_tokens=p["input_tokens"], output_tokens=p["max_tokens"],
+                                              decode_prompts=p["decode_prompts"], concurrency=p["concurrency"][0],
+                                              prompts=p["num_prompts"])
+            cases = plan_baseline(port=p["port"], served_model_name=p["served_model_name"],
+                                  tokenizer=p["tokenizer"], params=extra["params"], result_dir=result_dir, seed=seed,
+                                  max_model_len=p["max_model_len"])
+        else:
+            cases = plan_cases(port=p["port"], served_model_name=p["served_model_name"], tokenizer=p["tokenizer"],
+                               max_tokens=p["max_tokens"], large_prompt_tokens=p["large_prompt_tokens"],
+                               concurrency=p["concurrency"], result_dir=result_dir, seed=seed,
+                               max_model_len=p["max_model_len"])
         driver = driver_plan(cases, port=p["port"], served_model_name=p["served_model_name"],
                              result_dir=result_dir, case_timeout=p["timeout"],
                              resolve_tokenizer=p["tokenizer"] is None)
     except BenchError as exc:
         module.fail_json(msg=str(exc))
     module.exit_json(changed=False, cases=cases, driver=driver, exec_argv=exec_argv(driver),
-                     exec_timeout=exec_timeout(driver), seed=seed, result_dir=result_dir)
+                     exec_timeout=exec_timeout(driver), seed=seed, result_dir=result_dir, **extra)
 
 
 if __name__ == "__main__":

@@ -14,7 +14,8 @@ entrypoints/cli/benchmark/serve.py): build the parser with ``vllm.benchmarks.ser
 ``FlexibleArgumentParser``, parse the case's arguments, and run ``vllm.benchmarks.serve.main`` (its coroutine
 ``main_async``, under the case's time budget). vLLM is imported once, not once per case (each CLI start
 imports it again, about 30 s in the lab). Then it prints the result file each case saved, as one JSON line
-after the word DGXSPARK-BENCH-RESULTS, and removes its result folder.
+after the word DGXSPARK-BENCH-RESULTS (with ``elapsed_s``, the seconds the whole run took, vLLM's
+import included), and removes its result folder.
 
 The API key never appears on an argv: vLLM's client sends ``OPENAI_API_KEY`` (set from the container's
 ``VLLM_API_KEY`` by the shell that starts this program). With ``resolve_tokenizer``, the tokenizer is the path
@@ -32,6 +33,7 @@ import os
 import re
 import shutil
 import sys
+import time
 import traceback
 import urllib.request
 
@@ -201,6 +203,7 @@ def run_cases(plan: dict, vllm, environ: dict) -> dict:
 
 
 def main(args: list[str]) -> int:
+    started = time.monotonic()
     try:
         plan = load_plan(args)
     except PlanError as exc:
@@ -215,6 +218,7 @@ def main(args: list[str]) -> int:
     else:
         doc = run_cases(plan, vllm, os.environ)
     shutil.rmtree(plan["result_dir"], ignore_errors=True)
+    doc["elapsed_s"] = round(time.monotonic() - started, 3)
     sys.stdout.flush()
     print(MARKER + " " + json.dumps(doc, separators=(",", ":")), flush=True)
     return 1 if doc["errors"] else 0

@@ -146,7 +146,7 @@ def test_the_config_roles_options_are_the_variables_the_config_step_knows():
 
 ENTRY_POINT_ROLES = {
     "cluster": {"stop", "api_headers", "api_check", "cx7_copy", "follow_job"},
-    "operations": {"status", "logs", "teardown", "benchmark"},
+    "operations": {"status", "logs", "teardown", "benchmark", "releases", "baseline"},
 }
 
 

@@ -315,3 +315,27 @@ def test_no_vllm_in_the_container(tmp_path, monkeypatch, capsys):
 def test_a_bad_plan_exits_2(capsys):
     assert driver.main(["[]"]) == 2
     assert "the plan must be a JSON object" in capsys.readouterr().err
+
+
+def test_the_whole_runs_time_is_reported_with_vllms_import(tmp_path, monkeypatch, capsys):
+    FakeVllm(monkeypatch)
+    clock = iter([100.0, 141.5])
+    monkeypatch.setattr(driver, "time", types.SimpleNamespace(monotonic=lambda: next(clock)))
+    assert driver.main([json.dumps(make_plan(tmp_path, tokenizer="/models/m", concurrency=(1,)))]) == 0
+    assert marker_doc(capsys.readouterr().out)["elapsed_s"] == 41.5
+
+
+def test_the_short_benchmarks_plan_runs_as_planned(tmp_path, monkeypatch, capsys):
+    fake = FakeVllm(monkeypatch)
+    params = _bench.baseline_params(input_tokens=32, output_tokens=16, decode_prompts=2, concurrency=4, prompts=4)
+    result_dir = str(tmp_path / "short")
+    cases = _bench.plan_baseline(port=8000, served_model_name="glm-5.3-flash", tokenizer="/models/m", params=params,
+                                 result_dir=result_dir, seed=9)
+    plan = _bench.driver_plan(cases, port=8000, served_model_name="glm-5.3-flash", result_dir=result_dir,
+                              case_timeout=60, resolve_tokenizer=False)
+    assert driver.main([json.dumps(plan)]) == 0
+    doc = marker_doc(capsys.readouterr().out)
+    assert doc["results"] == {"decode": {"label": "decode", "max_concurrency": 1},
+                              "concurrency-4": {"label": "concurrency-4", "max_concurrency": 4}}
+    assert [(args.num_prompts, args.random_input_len, args.random_output_len) for args, _key in fake.calls] == [
+        ("2", "32", "16"), ("4", "32", "16")]

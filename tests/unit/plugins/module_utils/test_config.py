@@ -553,3 +553,32 @@ def test_the_guard_metrics_port_is_one_setting_checked_against_the_other_ports()
             "dgxspark_vllm_guard_metrics_port must be a port number (1-65535) or 0 for none"), bad
     assert problems(inputs({"guard_metrics_port": 8000}))[0].startswith(
         "dgxspark_vllm_guard_metrics_port and dgxspark_vllm_port are both 8000: the guard")
+
+
+# --------------------------------------------------------------------------------------------- a release pinned
+
+
+def test_a_pinned_release_is_served_instead_of_the_inventorys_image_model_profile_settings_and_kv() -> None:
+    digest = "sha256:" + "a" * 64
+    pin = {"id": "3f2a9c1e0b7d", "image": "ghcr.io/dgxspark-lab/vllm-openai-cpu@" + digest,
+           "model_repo": "dgxspark-lab/tiny-glm53", "model_revision": "5d3f" + "0" * 36, "profile": "lab_cpu",
+           "settings": {"max_model_len": 2048, "model_path": "/var/tmp/models/tiny-glm53", "cx7_iface": "pinned0"},
+           "kv_cache_memory_bytes": 1288490188}
+    given = inputs({"profile": "glm53_flash_nvfp4", "image": "ghcr.io/dgxspark-lab/vllm-openai-cpu:v0.32.0-broken",
+                    "max_model_len": 8192, "settings": {"extra_args": ["--max-num-seqs", "1"]}, "lab": True},
+                   release_pin=pin)
+    config = resolve(given)
+    assert (config["profile_name"], config["image"], config["model_revision"]) == (
+        "lab_cpu", pin["image"], pin["model_revision"])
+    assert config["max_model_len"] == 2048 and config["kv_cache_memory_bytes"] == 1288490188
+    assert "extra_args" not in config["settings"] and config["release_pin"] == "3f2a9c1e0b7d"
+    assert config["sources"]["image"] == config["sources"]["max_model_len"] == "release 3f2a9c1e0b7d"
+    assert config["settings"].get("cx7_iface") != "pinned0"   # found on each node, not the release's
+    assert resolve(inputs())["release_pin"] == "" and resolve(inputs())["upgrade_rollback"] is True
+
+
+def test_a_broken_pin_and_a_wrong_rollback_switch_are_refused() -> None:
+    found = problems(inputs({"upgrade_rollback": "maybe"}, release_pin={"id": "x", "image": "i"}))
+    assert any("has no model_repo" in problem for problem in found)
+    wrong = problems(inputs({"upgrade_rollback": "maybe"}))
+    assert any("dgxspark_vllm_upgrade_rollback must be true or false" in problem for problem in wrong)

@@ -61,6 +61,15 @@ def test_container_exit_is_a_failure_with_its_code():
     assert v.status == "failed" and "exit code 1" in v.reason and "rendezvous" in v.reason
 
 
+def test_a_container_that_exited_before_any_poll_fails_at_once_not_at_its_budget():
+    w = make_watch("api_up", BUDGETS, 0.0)
+    assert step(w, obs(1, running=False, exit_code=0)).status == "waiting"   # created, not started yet
+    v = step(w, obs(2, running=False, exit_code=1, last_line="RuntimeError: no engine here"))
+    assert v.status == "failed" and v.phase is None
+    assert "container exited (exit code 1) before any poll saw it running" in v.reason
+    assert "RuntimeError: no engine here" in v.reason
+
+
 def test_engine_error_ends_the_wait_even_while_running():
     w = make_watch("api_up", BUDGETS, 0.0)
     v = step(w, obs(1, "rendezvous", engine_error="worker started without --headless (follower assertion)"))

@@ -58,3 +58,30 @@ def test_plan_is_the_same_in_check_mode():
 def test_plan_fails_clearly(overrides, message):
     with pytest.raises(ModuleFail, match=message):
         run_module(vllm_benchmark_plan.main, {**BASE, **overrides})
+
+
+def test_the_short_benchmark_plans_two_cases_and_returns_its_parameters():
+    result = run_module(vllm_benchmark_plan.main, {"kind": "baseline", "port": 8000, "served_model_name": "m",
+                                                   "input_tokens": 32, "max_tokens": 16, "decode_prompts": 2,
+                                                   "num_prompts": 4, "concurrency": [4], "timeout": 120, "seed": 5,
+                                                   "max_model_len": 4096})
+    assert [(c["name"], c["concurrency"], c["num_prompts"], c["seed"]) for c in result["cases"]] == [
+        ("decode", 1, 2, 5), ("concurrency-4", 4, 4, 6)]
+    assert result["params"] == {"input_tokens": 32, "output_tokens": 16, "decode_prompts": 2, "concurrency": 4,
+                                "prompts": 4}
+    assert result["exec_timeout"] == 120 * 2 + 600
+    assert "params" not in run_module(vllm_benchmark_plan.main, BASE)
+
+
+@pytest.mark.parametrize("overrides, message", [
+    ({"concurrency": [1, 4]}, "the baseline measures at one concurrency, got [1, 4]"),
+    ({"num_prompts": 2}, "prompts (2) must be at least the concurrency (4)"),
+    ({"max_tokens": 1}, "output_tokens must be at least 2"),
+    ({"input_tokens": 4000, "max_model_len": 4096}, "exceed the served max_model_len 4096"),
+])
+def test_the_short_benchmark_refuses_what_it_cannot_measure(overrides, message):
+    args = {"kind": "baseline", "port": 8000, "served_model_name": "m", "max_tokens": 200, "concurrency": [4],
+            **overrides}
+    with pytest.raises(ModuleFail) as failure:
+        run_module(vllm_benchmark_plan.main, args)
+    assert message in failure.value.result["msg"]
