@@ -75,8 +75,10 @@ def test_the_models_answer_is_returned_parsed() -> None:
     assert found["ok"] and found["json"]["data"][0]["id"] == "tiny-glm53"
 
 
-@pytest.mark.parametrize(("body", "why"), [("<html>proxy</html>", "but not with JSON"),
-                                            ("[1, 2]", "but not with a JSON object")])
+@pytest.mark.parametrize(("body", "why"), [
+    ("<html>proxy</html>", "but not with JSON"),
+    ("[1, 2]", "but not with a JSON object"),
+])
 def test_a_200_that_is_not_the_api_is_not_an_answer(body: str, why: str) -> None:
     found = probe(Server({URL + "/v1/models": (200, body)}), URL, None, True)
     assert (found["ok"], found["json"], found["metrics"]) == (False, None, None)
