@@ -84,6 +84,7 @@ ARGUMENT_SPEC: dict[str, Any] = dict(
     group=dict(type="dict"),
     described=dict(type="dict"),
     rdma=dict(type="dict", default={}),
+    hf_staged=dict(type="dict"),
     states=dict(type="dict"),
     record=dict(type="dict", default={}),
     git=dict(type="dict", default={}),
@@ -200,9 +201,33 @@ def kit_node(described: Mapping[str, Any], inventory: Mapping[str, Any] | None,
     return node
 
 
+def staged(config: Mapping[str, Any], head: str, found: Mapping[str, Sequence[Mapping[str, Any]]]) -> dict[str, Any]:
+    """Whether every node holds each repository the kit serves staged and verified, and the same commits: per node a
+    ``problem`` ('' when all are staged), the ``commits`` (the head's: {repo: commit}) and ``commits_problem`` ('' when
+    the nodes agree). ``found``: per node, what vllm_node_state's ``hf_staged`` read."""
+    hub = f"{config.get('hf_home')}/hub"
+    problems: dict[str, str] = {}
+    commits: dict[str, dict[str, Any]] = {}
+    for host in sorted(found):
+        missing = [entry["repo"] for entry in found[host] if not entry.get("staged")]
+        problems[host] = (
+            f"{host}: not staged and verified under {hub}: {', '.join(missing)}. Stage first (ansible-playbook "
+            "site.yml --tags staging); the kit reads both nodes' HF caches and, with kit_launch_collection_staged, "
+            "downloads nothing itself.") if missing else ""
+        commits[host] = {entry["repo"]: entry.get("commit") for entry in found[host]}
+    differ = len({json.dumps(value, sort_keys=True) for value in commits.values()}) > 1
+    return {
+        "staged": {host: {"problem": problem} for host, problem in problems.items()},
+        "commits": commits.get(head, {}),
+        "commits_problem": (
+            f"The nodes hold different commits of the staged repositories: {json.dumps(commits, sort_keys=True)}. "
+            "Stage again (ansible-playbook site.yml --tags staging) so both serve the same weights.") if differ else "",
+    }
+
+
 def prepare(config: Mapping[str, Any], head: str, kit_extra: Mapping[str, Any], passwd: Mapping[str, Any],
             group: Mapping[str, Any], described: Mapping[str, Any],
-            rdma: Mapping[str, Any]) -> dict[str, Any]:
+            rdma: Mapping[str, Any], found: Mapping[str, Sequence[Mapping[str, Any]]] | None = None) -> dict[str, Any]:
     """What the role needs before the kit is placed (see the module docstring)."""
     inventory = config.get("nodes") or {}
     return {
@@ -210,6 +235,7 @@ def prepare(config: Mapping[str, Any], head: str, kit_extra: Mapping[str, Any], 
         "nodes": {host: kit_node(node, inventory.get(host), rdma.get(host)) for host, node in described.items()},
         "repos": repos(config),
         "env": kit_env(config, kit_extra),
+        **(staged(config, head, found) if found is not None else {}),
     }
 
 
@@ -470,7 +496,7 @@ def plan(params: Mapping[str, Any]) -> dict[str, Any]:
     config, head = params["config"], params["head"]
     if "passwd" in given:
         result.update(prepare(config, head, params.get("kit_env") or {}, params["passwd"], params["group"],
-                              params["described"], params.get("rdma") or {}))
+                              params["described"], params.get("rdma") or {}, params.get("hf_staged")))
     if "states" in given:
         result.update(decide(config, head, params["worker"], params["states"], params.get("record") or {},
                              params.get("git") or {}, params.get("rendered") or {}, params))

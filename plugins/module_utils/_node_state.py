@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import ipaddress
 import json
+import posixpath
+import re
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -122,6 +124,33 @@ def parse_stamp(text: str | None, path: str) -> dict[str, Any] | None:
     if not isinstance(data, dict):
         raise NodeStateError("the stamp %s is not a JSON object: re-run the checkpoint staging" % path)
     return data
+
+
+COMMIT_RE = re.compile(r"^[0-9a-f]{40}$")
+STAMP_NAME = ".dgxspark-stamp.json"
+
+
+def hf_staged(hub_dir: str, repos: Sequence[Mapping[str, Any]], read_text: Callable[[str], str | None],
+              exists: Callable[[str], bool]) -> list[dict[str, Any]]:
+    """Which commit of each repository (``{repo, revision}``; an empty repo is skipped) the hub cache under
+    ``hub_dir`` holds staged and verified: the commit ``refs/<revision>`` points at (the revision itself when it is a
+    commit id), and whether its snapshot carries the staging's stamp. One ``{repo, revision, commit, staged,
+    stamp_path}`` per repository (``commit`` None when the ref is missing)."""
+    found: list[dict[str, Any]] = []
+    for item in repos:
+        repo, revision = str(item.get("repo") or ""), str(item.get("revision") or "main")
+        if not repo:
+            continue
+        folder = posixpath.join(hub_dir, "models--" + repo.replace("/", "--"))
+        if COMMIT_RE.match(revision):
+            commit: str | None = revision
+        else:
+            text = read_text(posixpath.join(folder, "refs", revision))
+            commit = text.strip() if text and COMMIT_RE.match(text.strip()) else None
+        stamp = posixpath.join(folder, "snapshots", commit, STAMP_NAME) if commit else None
+        found.append({"repo": repo, "revision": revision, "commit": commit,
+                      "staged": bool(stamp) and exists(stamp), "stamp_path": stamp})
+    return found
 
 
 def mem_total_mb(meminfo: str) -> int | None:

@@ -69,6 +69,13 @@ options:
         HCA); a missing or failed read leaves the inventory's or the detected device.
     type: dict
     default: {}
+  hf_staged:
+    description:
+      - With O(passwd), per inventory name, what that node's M(dgxspark.vllm.vllm_node_state) read of the staged
+        repositories returned (its RV(dgxspark.vllm.vllm_node_state#module:hf_staged)). Given, the result says per
+        node whether each repository the kit serves is staged and verified (RV(staged)) and whether the nodes hold
+        the same commits (RV(commits), RV(commits_problem)).
+    type: dict
   states:
     description: Per inventory name, that node's M(dgxspark.vllm.vllm_node_state) result (serve container, image ID).
     type: dict
@@ -210,6 +217,20 @@ env:
   returned: when O(passwd) is given
   type: dict
   sample: {"GPU_MEM_UTIL": 0.85, "MAX_MODEL_LEN": 850000}
+staged:
+  description: Per inventory name, the C(problem) with its staged repositories (empty when each is staged and verified).
+  returned: when O(passwd) and O(hf_staged) are given
+  type: dict
+  sample: {"spark-b": {"problem": ""}}
+commits:
+  description: The commit of each staged repository on the head (repo to commit id); what the kit serves.
+  returned: when O(passwd) and O(hf_staged) are given
+  type: dict
+  sample: {"brandonmusic/GLM-5.3-Flash-tr3-4bpw": "5d3f..."}
+commits_problem:
+  description: Empty when every node holds the same commits; else names each node's.
+  returned: when O(passwd) and O(hf_staged) are given
+  type: str
 wanted:
   description: The digest of what the group should run (the C(.env), the kit commit, each node's image ID, the user).
   returned: when O(states) is given

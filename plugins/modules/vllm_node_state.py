@@ -57,6 +57,22 @@ options:
   lock_path:
     description: The staging lock; RV(staging_lock) says whether it exists when given.
     type: path
+  hf_staged:
+    description:
+      - Repositories staged in the hub cache layout (the EXL3 kit's checkpoint and drafter) to read, returned as
+        RV(hf_staged). C(hub_dir) is the hub cache (C(<HF_HOME>/hub)); each of C(repos) a C(repo) (an empty one is
+        skipped) and its C(revision).
+    type: dict
+    suboptions:
+      hub_dir:
+        description: The hub cache folder.
+        type: path
+        required: true
+      repos:
+        description: The repositories, each C(repo) and C(revision).
+        type: list
+        elements: dict
+        required: true
   firewall_table:
     description:
       - The collection's nftables table (family and name, C(inet dgxspark)); when given, RV(firewall) says whether
@@ -202,6 +218,16 @@ stamp:
   returned: always
   type: dict
   sample: {repo: dgxspark-lab/tiny-glm, commit: 5d3f...}
+hf_staged:
+  description:
+    - Per repository of O(hf_staged), the commit its C(refs/<revision>) names (the revision itself when it is a commit
+      id; null when the ref is missing) and whether that snapshot carries the staging's stamp (C(staged)). Empty
+      when O(hf_staged) is not given.
+  returned: always
+  type: list
+  elements: dict
+  sample: [{repo: brandonmusic/GLM-5.3-Flash-tr3-4bpw, revision: main, commit: 5d3f..., staged: true,
+            stamp_path: /root/.cache/huggingface/hub/models--brandonmusic--GLM-5.3-Flash-tr3-4bpw/snapshots/5d3f.../.dgxspark-stamp.json}]
 staging_lock:
   description: Whether O(lock_path) exists; null when not given.
   returned: always
@@ -243,8 +269,8 @@ from ansible_collections.dgxspark.vllm.plugins.module_utils._api_probe import pr
 from ansible_collections.dgxspark.vllm.plugins.module_utils._http import get
 
 from ansible_collections.dgxspark.vllm.plugins.module_utils._node_state import (
-    NodeStateError, chosen_iface, describe, identity, interface_with_ip, no_interface_message, parse_ipv4_addresses,
-    read_state, wants_rdma)
+    NodeStateError, chosen_iface, describe, hf_staged, identity, interface_with_ip, no_interface_message,
+    parse_ipv4_addresses, read_state, wants_rdma)
 from ansible_collections.dgxspark.vllm.plugins.module_utils._pins import parse_image_record, parse_repo_digests
 from ansible_collections.dgxspark.vllm.plugins.module_utils._rdma import RdmaError, resolve_link
 from ansible_collections.dgxspark.vllm.plugins.module_utils._safe_paths import folder_problems
@@ -298,6 +324,10 @@ def main() -> None:
             "image_record_path": {"type": "path"},
             "stamp_path": {"type": "path"},
             "lock_path": {"type": "path"},
+            "hf_staged": {"type": "dict", "options": {
+                "hub_dir": {"type": "path", "required": True},
+                "repos": {"type": "list", "elements": "dict", "required": True},
+            }},
             "firewall_table": {"type": "str"},
             "trusted_folders": {"type": "dict"},
             "gpu": {"type": "bool", "default": True},
@@ -356,10 +386,14 @@ def main() -> None:
     api = None
     if p["api_url"]:
         api = probe(functools.partial(get, timeout=p["api_timeout"]), p["api_url"], p["api_key"] or None, p["api_metrics"])
+    staged = []
+    if p["hf_staged"]:
+        staged = hf_staged(p["hf_staged"]["hub_dir"], p["hf_staged"]["repos"], _read_text, os.path.isfile)
     folders = None
     if p["trusted_folders"] is not None:
         folders = folder_problems({str(k): str(v or "") for k, v in p["trusted_folders"].items()}, {0, os.geteuid()})
-    module.exit_json(changed=False, cx7_iface=cx7_iface, rdma=rdma, api=api, folders=folders, **state, **described)
+    module.exit_json(changed=False, cx7_iface=cx7_iface, rdma=rdma, api=api, folders=folders, hf_staged=staged, **state,
+                     **described)
 
 
 if __name__ == "__main__":

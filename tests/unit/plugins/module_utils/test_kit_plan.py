@@ -37,6 +37,7 @@ from ansible_collections.dgxspark.vllm.plugins.module_utils._kit_plan import (
     repos,
     restart,
     running,
+    staged,
     start_argv,
     start_env,
     timing,
@@ -182,6 +183,46 @@ def test_prepare() -> None:
     assert out["nodes"] == {HEAD: {"name": HEAD, "ib_hca": "h1"}, WORKER: {"name": WORKER, "ib_hca": "w2"}}
     assert out["repos"] == repos(CONFIG)
     assert out["env"] == {"ENFORCE_EAGER": "1", "GPU_MEM_UTIL": 0.85, "MAX_MODEL_LEN": 850000}
+
+
+MODEL, DRAFTER = CONFIG["model_repo"], CONFIG["drafter_repo"]
+C1, C2 = "a" * 40, "b" * 40
+
+
+def _read(model: str | None = C1, drafter: str | None = C1, model_staged: bool = True,
+          drafter_staged: bool = True) -> list[dict[str, Any]]:
+    return [{"repo": MODEL, "revision": "main", "commit": model, "staged": model_staged},
+            {"repo": DRAFTER, "revision": "main", "commit": drafter, "staged": drafter_staged}]
+
+
+def test_staged_everywhere_and_the_same_commits() -> None:
+    out = staged(CONFIG, HEAD, {HEAD: _read(), WORKER: _read()})
+    assert out == {"staged": {HEAD: {"problem": ""}, WORKER: {"problem": ""}},
+                   "commits": {MODEL: C1, DRAFTER: C1}, "commits_problem": ""}
+
+
+def test_a_node_missing_a_repository_is_named_with_the_fix() -> None:
+    out = staged(CONFIG, HEAD, {HEAD: _read(), WORKER: _read(drafter=None, drafter_staged=False)})
+    assert out["staged"][HEAD] == {"problem": ""}
+    assert out["staged"][WORKER]["problem"] == (
+        f"{WORKER}: not staged and verified under /home/spark/.cache/huggingface/hub: {DRAFTER}. Stage first "
+        "(ansible-playbook site.yml --tags staging); the kit reads both nodes' HF caches and, with "
+        "kit_launch_collection_staged, downloads nothing itself.")
+
+
+def test_nodes_on_different_commits_are_refused_naming_each() -> None:
+    out = staged(CONFIG, HEAD, {HEAD: _read(), WORKER: _read(model=C2)})
+    assert out["commits"] == {MODEL: C1, DRAFTER: C1}   # the head's
+    assert out["commits_problem"].startswith("The nodes hold different commits of the staged repositories: ")
+    assert f'"{WORKER}": {{"{MODEL}": "{C2}", "{DRAFTER}": "{C1}"}}' in out["commits_problem"]
+    assert out["commits_problem"].endswith("Stage again (ansible-playbook site.yml --tags staging) so both serve "
+                                           "the same weights.")
+
+
+def test_prepare_decides_the_staging_only_when_the_reads_are_given() -> None:
+    args = (CONFIG, HEAD, {}, {HEAD: {USER: PASSWD[0]}}, {HEAD: {"docker": ["x", "9", "spark"]}}, {HEAD: {"name": HEAD}}, {})
+    assert "staged" not in prepare(*args)
+    assert prepare(*args, {HEAD: _read()})["commits"] == {MODEL: C1, DRAFTER: C1}
 
 
 # --------------------------------------------------------------------------------------------- restart

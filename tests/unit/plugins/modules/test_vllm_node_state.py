@@ -56,6 +56,23 @@ def test_absent_stamp_and_lock(tmp_path: Path) -> None:
     assert result["stamp"] is None and result["staging_lock"] is False and result["image_id"] is None
 
 
+def test_reads_the_commits_staged_in_the_hub_cache(tmp_path: Path) -> None:
+    hub = tmp_path / "hub"
+    model = hub / "models--org--model"
+    (model / "refs").mkdir(parents=True)
+    (model / "refs" / "main").write_text("c" * 40 + "\n")
+    (model / "snapshots" / ("c" * 40)).mkdir(parents=True)
+    (model / "snapshots" / ("c" * 40) / ".dgxspark-stamp.json").write_text("{}")
+    (hub / "models--org--pinned" / "snapshots" / ("d" * 40)).mkdir(parents=True)   # no stamp: not verified
+    repos = [{"repo": "org/model", "revision": "main"}, {"repo": "org/pinned", "revision": "d" * 40},
+             {"repo": "org/absent", "revision": "main"}, {"repo": "", "revision": "main"}]
+    result = _run({"hf_staged": {"hub_dir": str(hub), "repos": repos}, "gpu": False}, {}, {"docker": None})
+    assert [(item["repo"], item["commit"], item["staged"]) for item in result["hf_staged"]] == [
+        ("org/model", "c" * 40, True), ("org/pinned", "d" * 40, False), ("org/absent", None, False)]
+    assert result["hf_staged"][0]["stamp_path"] == str(model / "snapshots" / ("c" * 40) / ".dgxspark-stamp.json")
+    assert _run({"gpu": False}, {}, {"docker": None})["hf_staged"] == []
+
+
 def test_without_the_docker_cli_it_says_so() -> None:
     with pytest.raises(ModuleFail, match="docker CLI is not installed"):
         _run({"container": "vllm_glm53"}, ANSWERS, {})
