@@ -14,7 +14,7 @@ description:
     O(dgxspark.vllm.hf_checkpoint#module:keep_commits)).
   - V(info) lists the parked commits with their bytes and the selected one. V(selected) makes O(commit) of O(repo)
     the tree at O(path) - the tree there, when it is another verified commit, is parked, and the wanted one is
-    brought back from the store (renames: nothing is copied or downloaded); a commit neither selected nor parked is
+    brought back from the store (renames - nothing is copied or downloaded); a commit neither selected nor parked is
     refused. V(absent) removes the parked trees of O(commits) (never the tree at O(path)) and lists what it freed.
   - Before anything moves, every level of O(path)'s parent is checked (root's, no symlink, not writable by others),
     as the checkpoint staging checks it. A O(path) that is a mount point cannot be moved; that is refused, naming the

@@ -129,7 +129,7 @@ options:
       - With O(layout=local_dir), keep every verified commit staged - once the revision is resolved, the tree at
         O(local_dir) is made the wanted commit's. Another verified (stamped) commit there is moved whole into the store
         beside it, C(<local_dir>.commits/<commit>/), and the wanted commit, when it is parked there, is moved back
-        (a rename: nothing is copied or downloaded). An unstamped tree stays and is completed, unless the wanted commit
+        (a rename - nothing is copied or downloaded). An unstamped tree stays and is completed, unless the wanted commit
         is parked - it then moves to C(<local_dir>.commits/.unverified). RV(store) says what moved.
       - A O(local_dir) that is a mount point (or on another filesystem than its parent) cannot be moved; that is
         refused, naming the fix. In check mode nothing moves; the wanted commit is verified where it is.
