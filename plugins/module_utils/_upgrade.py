@@ -17,18 +17,22 @@ Private module: may change at any time. Pure: no I/O, no Ansible imports.
   by digest, its model commit, profile, settings and KV value, so launch and verify read ``dgxspark_vllm_config`` as
   always; and the image record each node gets back.
 - `outcome`: the run's closing message, with the time from the failure found to serving again.
+- `hub_info_url` / `disk`: before an upgrade's staging stops anything, the disk for the new image and commit next to
+  the known-good's on every node (``_stage_disk``), refused naming the bytes needed and free.
 - `recorded_images` / `prune`: after a known-good, what each node may free (``_checkpoint_store.plan_prune``): the
   parked commits and recorded images no release among the newest ``dgxspark_vllm_upgrade_keep_staged`` needs.
 """
 from __future__ import annotations
 
 import json
+import urllib.parse
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 from ansible_collections.dgxspark.vllm.plugins.module_utils import _checkpoint_store
 from ansible_collections.dgxspark.vllm.plugins.module_utils import _pins
 from ansible_collections.dgxspark.vllm.plugins.module_utils import _release
+from ansible_collections.dgxspark.vllm.plugins.module_utils import _stage_disk
 
 FIRST_START = "first_start"
 NO_CHANGE = "no_change"
@@ -320,7 +324,7 @@ def outcome(decision: Mapping[str, Any], serving: str, found_at: float, served_a
 
 # The release_plan task's arguments (the action plugin validates with it; the module's documentation stub declares it).
 ARGUMENT_SPEC: dict[str, Any] = dict(
-    mode=dict(type="str", required=True, choices=["plan", "failure", "rollback", "outcome", "prune"]),
+    mode=dict(type="str", required=True, choices=["plan", "failure", "rollback", "outcome", "prune", "disk"]),
     history=dict(type="dict"),
     config=dict(type="dict"),
     record=dict(type="raw"),
@@ -335,6 +339,8 @@ ARGUMENT_SPEC: dict[str, Any] = dict(
     found_at=dict(type="float", default=0.0),
     served_at=dict(type="float", default=0.0),
     launch_started_at=dict(type="float", default=0.0),
+    endpoint=dict(type="str", default=""),
+    model_info=dict(type="dict"),
 )
 
 
@@ -388,6 +394,41 @@ def prune(history: Mapping[str, Any], keep: Any, nodes: Mapping[str, Mapping[str
     return {"prune": plans, "bytes": total, "msg": "; ".join(lines) or "no node was read"}
 
 
+def hub_info_url(config: Mapping[str, Any], endpoint: str) -> str:
+    """The hub's model info of the configured repository at the configured revision, with every file's size."""
+    base = (endpoint or "https://huggingface.co").rstrip("/")
+    repo = str(config.get("model_repo") or "")
+    revision = urllib.parse.quote(str(config.get("model_revision") or "main"), safe="")
+    if not repo:
+        raise UpgradeError("the configuration names no model repository")
+    return f"{base}/api/models/{repo}/revision/{revision}?blobs=true"
+
+
+def disk(config: Mapping[str, Any], model_info: Mapping[str, Any], nodes: Mapping[str, Mapping[str, Any]],
+         ) -> dict[str, Any]:
+    """The disk an upgrade's staging needs on every node next to the known-good (``_stage_disk.plan``), from what
+    each node read: ``image_present``, ``manifest`` (``docker manifest inspect -v``'s output), ``architecture``,
+    ``selected`` / ``parked`` (``checkpoint_store``), ``model_df`` / ``docker_df`` (``df``'s output)."""
+    try:
+        commit, total = _stage_disk.checkpoint_bytes(model_info)
+        plan_nodes = {}
+        for host, state in nodes.items():
+            state = state or {}
+            present = bool(state.get("image_present"))
+            plan_nodes[host] = {
+                "image": {"ref": config.get("image"), "present": present,
+                          "bytes": None if present else _stage_disk.image_bytes(str(state.get("manifest") or ""),
+                                                                                str(state.get("architecture") or ""))},
+                "checkpoint": {"repo": config.get("model_repo"), "commit": commit, "bytes": total,
+                               "staged": _stage_disk.staged(commit, state.get("selected"), state.get("parked") or {})},
+                "model_fs": _stage_disk.parse_df(str(state.get("model_df") or "")),
+                "docker_fs": _stage_disk.parse_df(str(state.get("docker_df") or "")),
+            }
+        return _stage_disk.plan(plan_nodes)
+    except _stage_disk.DiskError as exc:
+        raise UpgradeError(str(exc)) from None
+
+
 def run(params: Mapping[str, Any]) -> dict[str, Any]:
     """The release_plan task: one of the decisions above, by ``mode``. UpgradeError or ReleaseError to fail it."""
     mode = params["mode"]
@@ -418,6 +459,12 @@ def run(params: Mapping[str, Any]) -> dict[str, Any]:
                 "msg": f"release {entry['id']} is staged on every node ({', '.join(sorted(nodes))}): image "
                        f"{pinned['image']}, model {pinned['model_repo']}@{_short(pinned['model_revision'])}, profile "
                        f"{pinned['profile']}, KV {pinned['kv_cache_memory_bytes'] or 'engine-sized'}{brought}"}
+    if mode == "disk":
+        config = params.get("config") or {}
+        if params.get("nodes") is None:
+            url = hub_info_url(config, params.get("endpoint") or "")
+            return {"url": url, "msg": f"the new commit's files: {url}"}
+        return disk(config, params.get("model_info") or {}, params["nodes"])
     if mode == "prune":
         history = params.get("history") or {}
         if params.get("nodes") is None:

@@ -26,6 +26,11 @@ description:
     which recorded images no release among the newest C(upgrade_keep_staged) of O(config) needs (never the serving
     release's nor the last known-good's; nothing while the serving release is not the last known-good), with the
     bytes each frees.
+  - V(disk) - before an upgrade's staging stops anything, the disk for the new image and commit next to the
+    known-good's. Without O(nodes), RV(url) is the hub's model info of the configured revision (at O(endpoint)). With
+    O(nodes) and O(model_info), each node's need (the image's compressed layer bytes when the node lacks it, the
+    commit's bytes unless it is staged at or beside the model path) against the free bytes of each filesystem; a node
+    short of room is refused, naming the bytes needed and free.
   - Runs on the controller only (an action plugin); it never connects to a node.
 author:
   - dgxspark.vllm contributors (@dgxspark)
@@ -37,7 +42,7 @@ options:
     description: The decision to make.
     type: str
     required: true
-    choices: [plan, failure, rollback, outcome, prune]
+    choices: [plan, failure, rollback, outcome, prune, disk]
   history:
     description: The head's release history (the C(history) M(dgxspark.vllm.release_history) returns).
       With O(mode=plan) and O(mode=rollback).
@@ -73,8 +78,20 @@ options:
         C(Id), C(RepoDigests)), C(stamp) (the checkpoint stamp at the model path, its JSON text or mapping; empty when
         absent), C(parked) (the stamp of the release's commit parked beside the model path; empty when absent) and
         C(lock) (the staging lock's text; empty when no staging runs).
+      - With O(mode=disk), per node, C(image_present), C(manifest) (C(docker manifest inspect --verbose) of the
+        image), C(architecture) (C(docker info)'s), C(selected) and C(parked)
+        (M(dgxspark.vllm.checkpoint_store)'s listing) and C(model_df) / C(docker_df) (C(df -B1
+        --output=source,avail,target) of the model path and of Docker's data root).
       - With O(mode=prune), per node, C(parked) (the RV(dgxspark.vllm.checkpoint_store#module:parked) listing) and
         C(images) (what C(docker image inspect) of RV(images) found - C(Id), C(RepoDigests), C(Size)).
+    type: dict
+  endpoint:
+    description: The hub (C(checkpoint_hf_endpoint)); empty - huggingface.co. With O(mode=disk).
+    type: str
+    default: ""
+  model_info:
+    description: The hub's model info of the configured revision with every file's size (RV(url)'s answer). With
+      O(mode=disk) and O(nodes).
     type: dict
   decision:
     description: The RV(decision) of O(mode=failure). With O(mode=outcome).
@@ -137,6 +154,20 @@ swap:
   description: The nodes whose model path holds another commit while the release's is parked beside it (brought
     back once the group stopped).
   returned: mode is rollback
+  type: list
+  elements: str
+url:
+  description: The hub's model info of the configured repository and revision, with every file's size.
+  returned: mode is disk, without nodes
+  type: str
+lines:
+  description: Per node, what the upgrade's staging needs there.
+  returned: mode is disk, with nodes
+  type: list
+  elements: str
+unknown:
+  description: The nodes whose registry gave no size for the new image (counted as 0).
+  returned: mode is disk, with nodes
   type: list
   elements: str
 images:

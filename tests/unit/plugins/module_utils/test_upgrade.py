@@ -326,3 +326,26 @@ def test_the_prune_mode_names_the_images_then_plans_each_node():
     assert one["msg"].startswith("head: prune checkpoint 666666666666, image dddddddddddd: 12 bytes freed")
     with pytest.raises(up.UpgradeError, match="keep at least the serving release"):
         up.run({"mode": "prune", "history": hist, "config": config(upgrade_keep_staged=0), "nodes": nodes})
+
+
+DF = "Filesystem Avail Mounted on\n/dev/vda {avail} /\n"
+MANIFEST = json.dumps({"Descriptor": {"platform": {"architecture": "arm64", "os": "linux"}},
+                       "SchemaV2Manifest": {"config": {"size": 0}, "layers": [{"size": 1000}]}})
+
+
+def test_the_disk_mode_names_the_hub_query_then_checks_every_node():
+    asked = up.run({"mode": "disk", "config": config(model_revision="a/b"), "endpoint": "http://10.77.0.6/"})
+    assert asked["url"] == f"http://10.77.0.6/api/models/{REPO}/revision/a%2Fb?blobs=true"
+    info = {"sha": "6" * 40, "siblings": [{"rfilename": "m.safetensors", "size": 500}]}
+    node = {"image_present": False, "manifest": MANIFEST, "architecture": "aarch64", "selected": STAMP, "parked": {},
+            "model_df": DF.format(avail=10 ** 6), "docker_df": DF.format(avail=10 ** 6)}
+    out = up.run({"mode": "disk", "config": config(), "model_info": info, "nodes": {"head": node}})
+    assert "head: image " + TAG + " 0.0 GB" in out["msg"]
+    with pytest.raises(up.UpgradeError) as err:
+        up.run({"mode": "disk", "config": config(), "model_info": info,
+                "nodes": {"head": dict(node, model_df=DF.format(avail=1400), docker_df=DF.format(avail=1400))}})
+    assert "head needs 1500 bytes (0.0 GB) on / for the checkpoint and the image" in str(err.value)
+    # the new commit parked already, the image held: nothing needed
+    held = dict(node, image_present=True, parked={"6" * 40: {}}, model_df=DF.format(avail=0), docker_df=DF.format(avail=0))
+    assert "nothing to stage" in up.run({"mode": "disk", "config": config(), "model_info": info,
+                                         "nodes": {"head": held}})["msg"]
