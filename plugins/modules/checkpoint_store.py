@@ -12,10 +12,10 @@ description:
   - The tree at O(path) (C(dgxspark_vllm_model_path)) is the checkpoint commit the launch serves; every other verified
     commit staged on the node is parked whole beside it, in C(<path>.commits/<commit>/) (see
     O(dgxspark.vllm.hf_checkpoint#module:keep_commits)).
-  - V(info) lists the parked commits with their bytes and the selected one. V(selected) makes O(commit) of O(repo)
+  - V(list) lists the parked commits with their bytes and the selected one. V(select) makes O(commit) of O(repo)
     the tree at O(path) - the tree there, when it is another verified commit, is parked, and the wanted one is
     brought back from the store (renames - nothing is copied or downloaded); a commit neither selected nor parked is
-    refused. V(absent) removes the parked trees of O(commits) (never the tree at O(path)) and lists what it freed.
+    refused. V(prune) removes the parked trees of O(commits) (never the tree at O(path)) and lists what it freed.
   - Before anything moves, every level of O(path)'s parent is checked (root's, no symlink, not writable by others),
     as the checkpoint staging checks it. A O(path) that is a mount point cannot be moved; that is refused, naming the
     fix. No symlink is followed.
@@ -27,19 +27,19 @@ options:
     description: The model path, the tree the launch serves.
     type: path
     required: true
-  state:
-    description: V(info) lists, V(selected) serves O(commit), V(absent) removes the parked O(commits).
+  operation:
+    description: V(list) lists, V(select) serves O(commit), V(prune) removes the parked O(commits).
     type: str
-    choices: [info, selected, absent]
-    default: info
+    choices: [list, select, prune]
+    default: list
   repo:
-    description: The repository of O(commit). Required with O(state=selected).
+    description: The repository of O(commit). Required with O(operation=select).
     type: str
   commit:
-    description: The 40-hex commit to serve. Required with O(state=selected).
+    description: The 40-hex commit to serve. Required with O(operation=select).
     type: str
   commits:
-    description: The parked commits to remove, with O(state=absent). The tree at O(path) is never removed.
+    description: The parked commits to remove, with O(operation=prune). The tree at O(path) is never removed.
     type: list
     elements: str
     default: []
@@ -60,14 +60,14 @@ EXAMPLES = r"""
 - name: Serve the recorded release's commit again (its tree parked beside the model path)
   dgxspark.vllm.checkpoint_store:
     path: /var/tmp/models/GLM-5.3-Flash-NVFP4-redhat
-    state: selected
+    operation: select
     repo: RedHatAI/GLM-5.3-Flash-NVFP4
     commit: 0123456789abcdef0123456789abcdef01234567
 
 - name: Remove the parked commits no kept release needs
   dgxspark.vllm.checkpoint_store:
     path: /var/tmp/models/GLM-5.3-Flash-NVFP4-redhat
-    state: absent
+    operation: prune
     commits: [0123456789abcdef0123456789abcdef01234567]
 """
 
@@ -89,18 +89,18 @@ parked:
   type: dict
   sample: {0123456789abcdef0123456789abcdef01234567: {repo: org/name, bytes: 1024, path: /m.commits/0123...}}
 moved:
-  description: With O(state=selected), what moved - C(park), C(unpark), C(set_aside), C(selected) and a C(message).
-  returned: when O(state=selected)
+  description: With O(operation=select), what moved - C(park), C(unpark), C(set_aside), C(selected) and a C(message).
+  returned: when O(operation=select)
   type: dict
 removed:
-  description: With O(state=absent), each removed (in check mode, each that would be removed) parked tree - its
+  description: With O(operation=prune), each removed (in check mode, each that would be removed) parked tree - its
     commit, folder and bytes.
-  returned: when O(state=absent)
+  returned: when O(operation=prune)
   type: list
   elements: dict
 freed_bytes:
   description: The bytes RV(removed) freed (would free, in check mode).
-  returned: when O(state=absent)
+  returned: when O(operation=prune)
   type: int
 """
 
@@ -126,12 +126,12 @@ def main() -> None:
     module = AnsibleModule(
         argument_spec=dict(
             path=dict(type="path", required=True),
-            state=dict(type="str", choices=["info", "selected", "absent"], default="info"),
+            operation=dict(type="str", choices=["list", "select", "prune"], default="list"),
             repo=dict(type="str"),
             commit=dict(type="str"),
             commits=dict(type="list", elements="str", default=[]),
         ),
-        required_if=[("state", "selected", ["repo", "commit"])],
+        required_if=[("operation", "select", ["repo", "commit"])],
         supports_check_mode=True,
     )
     p = module.params
@@ -140,13 +140,13 @@ def main() -> None:
     try:
         sp.check_levels(os.path.dirname(path), {0, os.geteuid()}, "the model folder's parent",
                         "dgxspark_vllm_model_path")
-        if p["state"] == "selected":
+        if p["operation"] == "select":
             if p["commit"] not in cs.list_parked(path) and (mf.read_stamp(path) or {}).get("commit") != p["commit"]:
                 raise cs.StoreError(f"{p['repo']}@{p['commit']} is neither the tree at {path} nor parked in "
                                     f"{cs.store_dir(path)}: stage it (site.yml with its revision); nothing moved")
             moved = cs.select(path, p["repo"], p["commit"], module.check_mode)
             result.update(changed=moved["changed"], moved=moved)
-        elif p["state"] == "absent":
+        elif p["operation"] == "prune":
             parked = cs.list_parked(path)
             removed = []
             for commit in p["commits"]:

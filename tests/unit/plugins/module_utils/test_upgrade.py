@@ -308,8 +308,8 @@ def test_run_dispatches_each_mode():
 
 
 def test_the_prune_mode_names_the_images_then_plans_each_node():
-    old = release(stamp=dict(STAMP, commit="6" * 40), image_record=dict(RECORD, digest="sha256:" + "c" * 64,
-                                                                         image_id="sha256:" + "d" * 64))
+    old_record = dict(RECORD, digest="sha256:" + "c" * 64, image_id="sha256:" + "d" * 64)
+    old = release(stamp=dict(STAMP, commit="6" * 40), image_record=old_record)
     good = release()
     hist = history(old, good)
     listed = up.run({"mode": "prune", "history": hist, "config": config()})

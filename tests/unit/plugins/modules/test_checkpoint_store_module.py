@@ -41,35 +41,35 @@ def test_info_lists_the_selected_and_the_parked(models):
 
 
 def test_select_a_parked_commit_swaps_the_trees(models):
-    checked = run_module(checkpoint_store.main, {"path": str(models), "state": "selected", "repo": REPO,
+    checked = run_module(checkpoint_store.main, {"path": str(models), "operation": "select", "repo": REPO,
                                                  "commit": A}, check_mode=True)
     assert checked["changed"] and commit_of(models) == B
-    out = run_module(checkpoint_store.main, {"path": str(models), "state": "selected", "repo": REPO, "commit": A})
+    out = run_module(checkpoint_store.main, {"path": str(models), "operation": "select", "repo": REPO, "commit": A})
     assert out["changed"] and out["moved"]["park"] == B and out["moved"]["unpark"] == A
     assert commit_of(models) == A and list(out["parked"]) == [B]
-    again = run_module(checkpoint_store.main, {"path": str(models), "state": "selected", "repo": REPO, "commit": A})
+    again = run_module(checkpoint_store.main, {"path": str(models), "operation": "select", "repo": REPO, "commit": A})
     assert not again["changed"]
 
 
 def test_select_a_commit_not_staged_is_refused_and_nothing_moves(models):
     with pytest.raises(ModuleFail, match="is neither the tree at .* nor parked in .*m.commits: stage it"):
-        run_module(checkpoint_store.main, {"path": str(models), "state": "selected", "repo": REPO, "commit": "c" * 40})
+        run_module(checkpoint_store.main, {"path": str(models), "operation": "select", "repo": REPO, "commit": "c" * 40})
     assert commit_of(models) == B and os.listdir(str(models) + ".commits") == [A]
 
 
 def test_prune_removes_parked_trees_only_and_lists_what_it_frees(models):
-    checked = run_module(checkpoint_store.main, {"path": str(models), "state": "absent", "commits": [A, B]},
+    checked = run_module(checkpoint_store.main, {"path": str(models), "operation": "prune", "commits": [A, B]},
                          check_mode=True)
     assert checked["changed"] and [item["commit"] for item in checked["removed"]] == [A]
     assert os.path.isdir(str(models) + ".commits/" + A)
-    out = run_module(checkpoint_store.main, {"path": str(models), "state": "absent", "commits": [A, B]})
+    out = run_module(checkpoint_store.main, {"path": str(models), "operation": "prune", "commits": [A, B]})
     assert [item["commit"] for item in out["removed"]] == [A] and out["freed_bytes"] > 100
     assert out["parked"] == {} and commit_of(models) == B   # the selected tree is never removed
-    assert not run_module(checkpoint_store.main, {"path": str(models), "state": "absent", "commits": [A]})["changed"]
+    assert not run_module(checkpoint_store.main, {"path": str(models), "operation": "prune", "commits": [A]})["changed"]
 
 
 def test_a_parent_open_to_others_is_refused_before_anything_moves(models):
     os.chmod(models.parent, 0o777)
     with pytest.raises(ModuleFail, match="refusing the model folder's parent"):
-        run_module(checkpoint_store.main, {"path": str(models), "state": "selected", "repo": REPO, "commit": A})
+        run_module(checkpoint_store.main, {"path": str(models), "operation": "select", "repo": REPO, "commit": A})
     assert commit_of(models) == B
