@@ -7,8 +7,8 @@ Private module: may change at any time. Pure: no I/O, no Ansible imports.
 An upgrade stages the new image and checkpoint commit beside the known-good's (nothing the known-good needs is
 deleted: ``_checkpoint_store``). Before the serving group stops and before any pull or download, each node's need is
 known from what it holds and two small reads: the registry's manifest of the new image (``docker manifest inspect
--v``: its layers' compressed bytes, a lower bound - the layers take more once extracted) and the hub's file list of
-the new commit (every file's size). `plan` adds them per filesystem (the model path's and Docker's data root, one sum
+-v``: every layer's compressed bytes - more than a pull of layers the node holds already, less than the layers take
+once extracted) and the hub's file list of the new commit (every file's size). `plan` adds them per filesystem (the model path's and Docker's data root, one sum
 when both are on one filesystem) and refuses, naming every node short of room with the bytes needed and free.
 """
 from __future__ import annotations
