@@ -4,9 +4,10 @@
     hub.py serve --root DIR [--host H] [--port P] [--token T]
     hub.py make-random DIR --shards 4 --shard-mib 16 [--seed 0]
 
-Repos are DIR/<org>/<name>/ (any files, nested folders allowed). Each repo has one commit, a 40-hex id
-derived from its content, served under the revision `main` and under the commit id itself. Speaks the part of
-the hub protocol huggingface_hub uses to read a model repo:
+Repos are DIR/<org>/<name>/ (any files, nested folders allowed). Each folder is one commit, a 40-hex id derived from
+its content: DIR/<org>/<name>/ is served under the revision `main` and under its commit id; a folder
+DIR/<org>/<name>@<label>/ is another commit of the same repo, served under its commit id only (an older or newer
+revision next to `main`). Speaks the part of the hub protocol huggingface_hub uses to read a model repo:
 
   GET  /api/models/<repo>[/revision/<rev>]   model info; `?blobs=true` adds size, blobId, lfs{sha256,size}
   GET  /api/models/<repo>/tree/<rev>[/<dir>] `?recursive=true`: files (oid, size, lfs) and folders, one page
@@ -22,8 +23,9 @@ Lab controls (not hub protocol), JSON:
                         beyond N is cut right after its headers). times: how many cut responses (-1: no limit).
   DELETE /_lab/fault   back to normal          GET /_lab/stats   {"body_bytes": ..., "requests": [...]}
   POST   /_lab/reset   clear stats             POST /_lab/rescan re-read DIR (hashes cached by size+mtime)
+  GET    /_lab/repos   {repo: main's commit}   GET  /_lab/commits  {repo: {"main"|<label>: commit}}
 
-Not implemented: uploads/commits, several commits or branches per repo, tags, refs/pr, pagination (one page),
+Not implemented: uploads/commits, branches other than main, tags, refs/pr, pagination (one page),
 `expand`, xet, datasets and spaces, gated repos, redirects to a CDN (files are served directly).
 """
 from __future__ import annotations
@@ -71,26 +73,42 @@ class Repos:
         self.cache[path] = key + (sha.hexdigest(), blob.hexdigest())
         return sha.hexdigest(), blob.hexdigest()
 
+    def _commit(self, base):
+        files = {}
+        for dirpath, dirnames, filenames in os.walk(base):
+            dirnames[:] = sorted(d for d in dirnames if not d.startswith(".git"))
+            for fname in sorted(filenames):
+                full = os.path.join(dirpath, fname)
+                rel = os.path.relpath(full, base).replace(os.sep, "/")
+                st = os.stat(full)
+                sha, blob = self._hashes(full, st)
+                files[rel] = {"path": full, "size": st.st_size, "sha256": sha, "blob": blob,
+                              "lfs": is_lfs(rel, st.st_size)}
+        commit = hashlib.sha1("".join("%s\0%s\n" % (p, f["sha256"]) for p, f in sorted(files.items()))
+                              .encode()).hexdigest()
+        return {"commit": commit, "files": files}
+
     def rescan(self):
-        repos = {}
+        repos, others = {}, []
         for org in sorted(os.listdir(self.root)) if os.path.isdir(self.root) else []:
             for name in sorted(os.listdir(os.path.join(self.root, org))):
                 base = os.path.join(self.root, org, name)
                 if not os.path.isdir(base):
                     continue
-                files = {}
-                for dirpath, dirnames, filenames in os.walk(base):
-                    dirnames[:] = sorted(d for d in dirnames if not d.startswith(".git"))
-                    for fname in sorted(filenames):
-                        full = os.path.join(dirpath, fname)
-                        rel = os.path.relpath(full, base).replace(os.sep, "/")
-                        st = os.stat(full)
-                        sha, blob = self._hashes(full, st)
-                        files[rel] = {"path": full, "size": st.st_size, "sha256": sha, "blob": blob,
-                                      "lfs": is_lfs(rel, st.st_size)}
-                commit = hashlib.sha1("".join("%s\0%s\n" % (p, f["sha256"]) for p, f in sorted(files.items()))
-                                      .encode()).hexdigest()
-                repos["%s/%s" % (org, name)] = {"commit": commit, "files": files}
+                if "@" in name:
+                    others.append((org, name))
+                    continue
+                repo = self._commit(base)
+                repo["commits"] = {repo["commit"]: repo}
+                repo["labels"] = {"main": repo["commit"]}
+                repos["%s/%s" % (org, name)] = repo
+        for org, name in others:   # another commit of a repo whose main folder is there
+            plain, _, label = name.partition("@")
+            repo = repos.get("%s/%s" % (org, plain))
+            if repo is not None:
+                other = self._commit(os.path.join(self.root, org, name))
+                repo["commits"][other["commit"]] = other
+                repo["labels"][label] = other["commit"]
         with self.lock:
             self.repos = repos
 
@@ -164,10 +182,11 @@ class Handler(BaseHTTPRequestHandler):
         if repo is None:
             self._error(404, "RepoNotFound", "Repository not found")
             return None
-        if rev not in ("main", repo["commit"]):
+        found = repo["commits"].get(repo["commit"] if rev == "main" else rev)
+        if found is None:
             self._error(404, "RevisionNotFound", "Invalid rev id: %s" % rev)
             return None
-        return repo
+        return found
 
     # ---------------------------------------------------------------------------------------------- routes
     def do_HEAD(self):
@@ -362,6 +381,8 @@ class Handler(BaseHTTPRequestHandler):
             return self._json(200, {r: v["commit"] for r, v in self.repos.repos.items()})
         if what == "repos" and self.command == "GET":
             return self._json(200, {r: v["commit"] for r, v in self.repos.repos.items()})
+        if what == "commits" and self.command == "GET":
+            return self._json(200, {r: v["labels"] for r, v in self.repos.repos.items()})
         return self._error(404, "EntryNotFound", "unknown lab control")
 
 

@@ -17,6 +17,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from ansible_collections.dgxspark.vllm.plugins.module_utils import _checkpoint_store
 from ansible_collections.dgxspark.vllm.plugins.module_utils import _kit
 from ansible_collections.dgxspark.vllm.plugins.module_utils import _manifest
 from ansible_collections.dgxspark.vllm.plugins.module_utils import _pins
@@ -112,6 +113,8 @@ VARIABLES: Mapping[str, Variable] = {var.name: var for var in (
     _v("require_pins", kind="bool", example="true"),
     # an upgrade whose launch or verify fails rolls back to the last known-good release (false: left stopped)
     _v("upgrade_rollback", kind="bool", example="true"),
+    # the last N releases of the history keep their images and checkpoint commits staged (_checkpoint_store)
+    _v("upgrade_keep_staged", kind="count", example="2"),
     _v("api_key_file", kind="path", example="/etc/dgxspark/api-key"),
     # the group guard's Prometheus endpoint on the head (0: none); the firewall admits it from the API's networks only
     _v("guard_metrics_port", kind="port", example="9478"),
@@ -601,6 +604,7 @@ def resolve(inputs: Inputs) -> dict[str, Any]:
         "hf_token_set": bool(explicit.get("hf_token")),
         "require_pins": explicit.get("require_pins", False),
         "upgrade_rollback": explicit.get("upgrade_rollback", True),
+        "upgrade_keep_staged": explicit.get("upgrade_keep_staged", _checkpoint_store.DEFAULT_KEEP),
         # the recorded release this run serves instead of the inventory's (a rollback), or ""
         "release_pin": str((inputs.release_pin or {}).get("id") or ""),
         # the image role's record of the digest its staging resolved, on each node (read by the launch)
@@ -628,7 +632,7 @@ def resolve(inputs: Inputs) -> dict[str, Any]:
     config["cx7_subnet"] = values["cx7_subnet"] or ""
     for key in ("lab", "accept_noncommercial_drafter", "staging_lock_path", "secure_logging", "profile", "guard",
                 "firewall", "require_api_key", "api_key_file", "require_pins", "guard_metrics_port",
-                "upgrade_rollback"):
+                "upgrade_rollback", "upgrade_keep_staged"):
         sources.setdefault(key, "default")
     for key in _regression.DEFAULT_THRESHOLDS:
         sources.setdefault("regression_" + key, "default")

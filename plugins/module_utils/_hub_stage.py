@@ -24,6 +24,7 @@ from collections.abc import Collection
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
+from ansible_collections.dgxspark.vllm.plugins.module_utils import _checkpoint_store as cs
 from ansible_collections.dgxspark.vllm.plugins.module_utils import _manifest as mf
 from ansible_collections.dgxspark.vllm.plugins.module_utils import _safe_paths as sp
 from ansible_collections.dgxspark.vllm.plugins.module_utils._units import human_bytes
@@ -230,6 +231,7 @@ class StageResult:
     copy_paths: list[str] = field(default_factory=list)   # the files to copy there (would_download's)
     generation_config: dict[str, Any] | None = None
     denylist_reason: str | None = None
+    store: dict[str, Any] = field(default_factory=dict)   # keep_commits: what _checkpoint_store.select did
 
 
 def stage(*, repo: str, revision: str, layout_kind: str, local_dir: str | None, cache_dir: str | None,
@@ -237,13 +239,17 @@ def stage(*, repo: str, revision: str, layout_kind: str, local_dir: str | None, 
           allow_denylisted: bool = False, manifest: mf.Manifest | None = None, progress_path: str | None = None,
           progress_interval: float = 1.0, min_free_bytes: int = DISK_MARGIN_BYTES,
           workers: int | None = None, trusted_uids: Collection[int] | None = None,
-          folder_variable: str = "") -> StageResult:
+          folder_variable: str = "", keep_commits: bool = False) -> StageResult:
     """Verify (and with download, complete) one commit's tree; workers threads hash files (default: per CPU).
 
     First of all (before the hub is asked), the staged folder (local_dir, or cache_dir) is checked: every existing
     level owned by root or trusted_uids (default: root and the running user), no symlink, not writable by others
     (StageError otherwise, naming the level and the fix); its missing levels are made (mode 0755) unless
-    check_mode. folder_variable names the setting in the messages (default: the option, local_dir or cache_dir)."""
+    check_mode. folder_variable names the setting in the messages (default: the option, local_dir or cache_dir).
+
+    keep_commits (local_dir): once the revision is resolved, the commit is selected at local_dir from the store beside
+    it (_checkpoint_store.select): another verified commit there is parked whole, the wanted one brought back when it
+    is parked (nothing downloaded), so every verified commit stays staged."""
     reason = mf.check_denylist(repo, allow_denylisted)
     anchor = local_dir if layout_kind == "local_dir" else cache_dir
     if anchor:
@@ -258,13 +264,28 @@ def stage(*, repo: str, revision: str, layout_kind: str, local_dir: str | None, 
         manifest = fetch_manifest(repo, revision, endpoint, token)
     elif manifest.repo != repo:
         raise StageError("the given manifest is for %s, not %s" % (manifest.repo, repo))
-    layout = make_layout(layout_kind, manifest, local_dir, cache_dir)
+    selection: dict[str, Any] = {}
+    root_dir = local_dir
+    if keep_commits and layout_kind == "local_dir" and local_dir:
+        try:
+            selection = cs.select(os.path.abspath(local_dir), manifest.repo, manifest.commit, check_mode)
+            if not check_mode:
+                sp.ensure_folder(os.path.abspath(local_dir), trusted, subject, variable, create=True)
+        except cs.StoreError as exc:
+            raise StageError(str(exc)) from exc
+        except sp.UnsafePathError as exc:
+            raise StageError(str(exc)) from exc
+        root_dir = selection["root"]
+    layout = make_layout(layout_kind, manifest, root_dir, cache_dir)
     tree = sp.SafeTree(os.path.abspath(str(anchor)))
     try:
-        return _stage(repo, revision, layout, tree, manifest, reason, endpoint, token, download, full_verify,
-                      check_mode, progress_path, progress_interval, min_free_bytes, workers)
+        out = _stage(repo, revision, layout, tree, manifest, reason, endpoint, token, download, full_verify,
+                     check_mode, progress_path, progress_interval, min_free_bytes, workers)
     except sp.UnsafePathError as exc:
         raise StageError(str(exc)) from exc
+    out.store = selection
+    out.changed = out.changed or (bool(selection.get("changed")) and not check_mode)
+    return out
 
 
 def _stage(repo: str, revision: str, layout: Layout, tree: sp.SafeTree, manifest: mf.Manifest, reason: str | None,

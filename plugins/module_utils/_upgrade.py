@@ -11,20 +11,28 @@ Private module: may change at any time. Pure: no I/O, no Ansible imports.
 - `after_failure`: what follows a failed launch or verify: a rollback to the known-good, the failed release left
   stopped (``dgxspark_vllm_upgrade_rollback: false``), or the failure as it is (not an upgrade).
 - `target` / `check_staged`: the release a rollback goes to (the known-good, or one named by hand) and whether it is
-  still staged on every node (its image, by ID or digest; its checkpoint commit, by the stamp), or every missing part.
+  still staged on every node (its image, by ID or digest; its checkpoint commit, by the stamp at the model path or of
+  its tree parked beside it, ``_checkpoint_store``), or every missing part; refused while a staging runs.
 - `pin` / `pinned_values`: the release as the configuration step takes it (``upgrade_release_pin``): its image
   by digest, its model commit, profile, settings and KV value, so launch and verify read ``dgxspark_vllm_config`` as
   always; and the image record each node gets back.
 - `outcome`: the run's closing message, with the time from the failure found to serving again.
+- `hub_info_url` / `disk`: before an upgrade's staging stops anything, the disk for the new image and commit next to
+  the known-good's on every node (``_stage_disk``), refused naming the bytes needed and free.
+- `recorded_images` / `prune`: after a known-good, what each node may free (``_checkpoint_store.plan_prune``): the
+  parked commits and recorded images no release among the newest ``dgxspark_vllm_upgrade_keep_staged`` needs.
 """
 from __future__ import annotations
 
 import json
+import urllib.parse
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from ansible_collections.dgxspark.vllm.plugins.module_utils import _checkpoint_store
 from ansible_collections.dgxspark.vllm.plugins.module_utils import _pins
 from ansible_collections.dgxspark.vllm.plugins.module_utils import _release
+from ansible_collections.dgxspark.vllm.plugins.module_utils import _stage_disk
 
 FIRST_START = "first_start"
 NO_CHANGE = "no_change"
@@ -202,34 +210,55 @@ def _holds_image(entry: Mapping[str, Any], images: Sequence[Mapping[str, Any]]) 
     return False
 
 
-def check_staged(entry: Mapping[str, Any], nodes: Mapping[str, Mapping[str, Any]], model_path: str) -> None:
-    """Refuse a release that is not staged on every node, naming each missing part.
+def check_staged(entry: Mapping[str, Any], nodes: Mapping[str, Mapping[str, Any]], model_path: str) -> list[str]:
+    """Refuse a release that is not staged on every node, or a node where a staging runs, naming each missing part;
+    return the nodes whose model path holds another commit while the release's is parked beside it (in
+    ``_checkpoint_store.store_dir(model_path)``: brought back after the group stops, nothing downloaded).
 
     ``nodes``: host -> ``images`` (what ``docker image inspect`` of the release's image found: dicts with ``Id`` and
-    ``RepoDigests``), ``stamp`` (the checkpoint stamp in ``model_path``, parsed; None when absent).
+    ``RepoDigests``), ``stamp`` (the checkpoint stamp in ``model_path``, parsed; None when absent), ``parked`` (the
+    stamp of the release's commit in the store; None when absent), ``lock`` (the staging lock's text; empty when
+    none).
     """
     if not nodes:
         raise UpgradeError("no node was read: run the rollback over the whole cluster (spark_cluster)")
     image = entry.get("image") or {}
     model = entry.get("model") or {}
     shown_image = f"{_configured_image(entry)} ({image.get('digest') or image.get('image_id') or 'no digest'})"
+    locked = [f"{host} ({str(nodes[host].get('lock')).strip()})" for host in sorted(nodes)
+              if str((nodes[host] or {}).get("lock") or "").strip()]
+    if locked:
+        raise UpgradeError(f"a staging runs (its lock is held on {', '.join(locked)}): release {entry.get('id')} is "
+                           "not served while it runs, nothing was stopped. Run the rollback again once it ended (an "
+                           "interrupted staging leaves the lock behind: remove it then)")
     missing: list[str] = []
+    swap: list[str] = []
     if not image.get("digest") and not image.get("image_id"):
         missing.append("the release names no image digest nor ID: it cannot be run by digest")
+    wanted = (model.get("repo"), model.get("commit"))
+    store = f"{model_path}{_checkpoint_store.STORE_SUFFIX}"
     for host in sorted(nodes):
         state = nodes[host] or {}
         if not _holds_image(entry, state.get("images") or []):
             missing.append(f"{host} does not hold the image {shown_image} (pruned or never pulled there)")
-        stamp = state.get("stamp")
-        if not stamp:
-            missing.append(f"{host} has no checkpoint stamp in {model_path}")
-        elif stamp.get("repo") != model.get("repo") or stamp.get("commit") != model.get("commit"):
+        stamp = state.get("stamp") or {}
+        parked = state.get("parked") or {}
+        if (stamp.get("repo"), stamp.get("commit")) == wanted:
+            continue
+        if (parked.get("repo"), parked.get("commit")) == wanted:
+            swap.append(host)
+        elif not stamp:
+            missing.append(f"{host} has no checkpoint stamp in {model_path} and {_short(model.get('commit'))} is not "
+                           f"parked in {store}")
+        else:
             missing.append(f"{host}'s checkpoint in {model_path} is {stamp.get('repo')}@{_short(stamp.get('commit'))}, "
-                           f"not the release's {model.get('repo')}@{_short(model.get('commit'))} (staged over it)")
+                           f"not the release's {model.get('repo')}@{_short(model.get('commit'))}, which is not parked "
+                           f"in {store} either (pruned, or staged over before commits were kept)")
     if missing:
         raise UpgradeError(f"release {entry.get('id')} is not staged any more, nothing was stopped or pulled: "
                            + "; ".join(missing) + ". Stage it again with site.yml and its image and revision "
                            "(dgxspark_vllm_image, dgxspark_vllm_model_revision) in the inventory")
+    return swap
 
 
 def pin(entry: Mapping[str, Any]) -> dict[str, Any]:
@@ -295,7 +324,7 @@ def outcome(decision: Mapping[str, Any], serving: str, found_at: float, served_a
 
 # The release_plan task's arguments (the action plugin validates with it; the module's documentation stub declares it).
 ARGUMENT_SPEC: dict[str, Any] = dict(
-    mode=dict(type="str", required=True, choices=["plan", "failure", "rollback", "outcome"]),
+    mode=dict(type="str", required=True, choices=["plan", "failure", "rollback", "outcome", "prune", "disk"]),
     history=dict(type="dict"),
     config=dict(type="dict"),
     record=dict(type="raw"),
@@ -310,6 +339,8 @@ ARGUMENT_SPEC: dict[str, Any] = dict(
     found_at=dict(type="float", default=0.0),
     served_at=dict(type="float", default=0.0),
     launch_started_at=dict(type="float", default=0.0),
+    endpoint=dict(type="str", default=""),
+    model_info=dict(type="dict"),
 )
 
 
@@ -331,6 +362,73 @@ def _parse_stamp(value: Any, host: str) -> dict[str, Any] | None:
     return data if isinstance(data, dict) else None
 
 
+def recorded_images(history: Mapping[str, Any]) -> list[str]:
+    """The images the history's releases name, as references ``docker image inspect`` finds (by digest, else by ID)."""
+    out: list[str] = []
+    for entry in history.get("releases") or []:
+        image = entry.get("image") or {}
+        configured = _configured_image(entry)
+        if image.get("digest") and configured:
+            ref = _pins.digest_reference(configured, image["digest"])
+        else:
+            ref = str(image.get("image_id") or "")
+        if ref and ref not in out:
+            out.append(ref)
+    return out
+
+
+def prune(history: Mapping[str, Any], keep: Any, nodes: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:
+    """The retention choice on every node (``_checkpoint_store.plan_prune``). ``nodes``: host -> ``parked`` (what
+    ``checkpoint_store`` listed: commit -> {bytes, ...}) and ``images`` (``docker image inspect`` of
+    ``recorded_images``)."""
+    try:
+        plans = {host: _checkpoint_store.plan_prune(
+            history, keep, {commit: int((item or {}).get("bytes") or 0)
+                            for commit, item in ((state or {}).get("parked") or {}).items()},
+            (state or {}).get("images") or [])
+            for host, state in sorted(nodes.items())}
+    except _checkpoint_store.StoreError as exc:
+        raise UpgradeError(str(exc)) from None
+    total = sum(plan["bytes"] for plan in plans.values())
+    lines = [f"{host}: {plan['message']}" for host, plan in plans.items()]
+    return {"prune": plans, "bytes": total, "msg": "; ".join(lines) or "no node was read"}
+
+
+def hub_info_url(config: Mapping[str, Any], endpoint: str) -> str:
+    """The hub's model info of the configured repository at the configured revision, with every file's size."""
+    base = (endpoint or "https://huggingface.co").rstrip("/")
+    repo = str(config.get("model_repo") or "")
+    revision = urllib.parse.quote(str(config.get("model_revision") or "main"), safe="")
+    if not repo:
+        raise UpgradeError("the configuration names no model repository")
+    return f"{base}/api/models/{repo}/revision/{revision}?blobs=true"
+
+
+def disk(config: Mapping[str, Any], model_info: Mapping[str, Any], nodes: Mapping[str, Mapping[str, Any]],
+         ) -> dict[str, Any]:
+    """The disk an upgrade's staging needs on every node next to the known-good (``_stage_disk.plan``), from what
+    each node read: ``image_present``, ``manifest`` (``docker manifest inspect -v``'s output), ``architecture``,
+    ``selected`` / ``parked`` (``checkpoint_store``), ``model_df`` / ``docker_df`` (``df``'s output)."""
+    try:
+        commit, total = _stage_disk.checkpoint_bytes(model_info)
+        plan_nodes = {}
+        for host, state in nodes.items():
+            state = state or {}
+            present = bool(state.get("image_present"))
+            plan_nodes[host] = {
+                "image": {"ref": config.get("image"), "present": present,
+                          "bytes": None if present else _stage_disk.image_bytes(str(state.get("manifest") or ""),
+                                                                                str(state.get("architecture") or ""))},
+                "checkpoint": {"repo": config.get("model_repo"), "commit": commit, "bytes": total,
+                               "staged": _stage_disk.staged(commit, state.get("selected"), state.get("parked") or {})},
+                "model_fs": _stage_disk.parse_df(str(state.get("model_df") or "")),
+                "docker_fs": _stage_disk.parse_df(str(state.get("docker_df") or "")),
+            }
+        return _stage_disk.plan(plan_nodes)
+    except _stage_disk.DiskError as exc:
+        raise UpgradeError(str(exc)) from None
+
+
 def run(params: Mapping[str, Any]) -> dict[str, Any]:
     """The release_plan task: one of the decisions above, by ``mode``. UpgradeError or ReleaseError to fail it."""
     mode = params["mode"]
@@ -349,14 +447,31 @@ def run(params: Mapping[str, Any]) -> dict[str, Any]:
             pinned = pin(entry)
             return {"release": entry, "pin": pinned, "msg": f"release {entry['id']} is recorded; checking it is staged"}
         nodes = {host: {"images": (state or {}).get("images") or [],
-                        "stamp": _parse_stamp((state or {}).get("stamp"), host)}
+                        "stamp": _parse_stamp((state or {}).get("stamp"), host),
+                        "parked": _parse_stamp((state or {}).get("parked"), host),
+                        "lock": str((state or {}).get("lock") or "")}
                  for host, state in (params.get("nodes") or {}).items()}
-        check_staged(entry, nodes, str(config.get("model_path") or "model_path"))
+        swap = check_staged(entry, nodes, str(config.get("model_path") or "model_path"))
         pinned = pin(entry)
-        return {"release": entry, "pin": pinned,
+        brought = (f"; its commit is brought back from {config.get('model_path')}{_checkpoint_store.STORE_SUFFIX} on "
+                   f"{', '.join(swap)} once the group stopped (nothing downloaded)" if swap else "")
+        return {"release": entry, "pin": pinned, "swap": swap,
                 "msg": f"release {entry['id']} is staged on every node ({', '.join(sorted(nodes))}): image "
                        f"{pinned['image']}, model {pinned['model_repo']}@{_short(pinned['model_revision'])}, profile "
-                       f"{pinned['profile']}, KV {pinned['kv_cache_memory_bytes'] or 'engine-sized'}"}
+                       f"{pinned['profile']}, KV {pinned['kv_cache_memory_bytes'] or 'engine-sized'}{brought}"}
+    if mode == "disk":
+        config = params.get("config") or {}
+        if params.get("nodes") is None:
+            url = hub_info_url(config, params.get("endpoint") or "")
+            return {"url": url, "msg": f"the new commit's files: {url}"}
+        return disk(config, params.get("model_info") or {}, params["nodes"])
+    if mode == "prune":
+        history = params.get("history") or {}
+        if params.get("nodes") is None:
+            images = recorded_images(history)
+            return {"images": images, "msg": f"the history records {len(images)} images"}
+        return prune(history, (params.get("config") or {}).get("upgrade_keep_staged", _checkpoint_store.DEFAULT_KEEP),
+                     params["nodes"])
     result = outcome(params.get("decision") or {}, params["serving"], params["found_at"], params["served_at"],
                      params["launch_started_at"])
     return {**result, "msg": result["message"]}

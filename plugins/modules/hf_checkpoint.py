@@ -124,6 +124,18 @@ options:
         Empty names the option, O(local_dir) or O(cache_dir).
     type: str
     default: ""
+  keep_commits:
+    description:
+      - With O(layout=local_dir), keep every verified commit staged - once the revision is resolved, the tree at
+        O(local_dir) is made the wanted commit's. Another verified (stamped) commit there is moved whole into the store
+        beside it, C(<local_dir>.commits/<commit>/), and the wanted commit, when it is parked there, is moved back
+        (a rename - nothing is copied or downloaded). An unstamped tree stays and is completed, unless the wanted commit
+        is parked - it then moves to C(<local_dir>.commits/.unverified). RV(store) says what moved.
+      - A O(local_dir) that is a mount point (or on another filesystem than its parent) cannot be moved; that is
+        refused, naming the fix. In check mode nothing moves; the wanted commit is verified where it is.
+      - C(false) (default) - the recipe's single tree - another commit is staged over the one there.
+    type: bool
+    default: false
 extends_documentation_fragment:
   - dgxspark.vllm.attributes
 attributes:
@@ -267,6 +279,14 @@ copy_paths:
   returned: always
   type: list
   elements: str
+store:
+  description:
+    - With O(keep_commits), what the store did - C(park) (the commit moved into the store, or null), C(unpark) (the
+      commit brought back, or null), C(set_aside) (an unstamped tree moved to C(.unverified)), C(selected) (the wanted
+      commit was there already), C(changed), C(root) (the tree verified) and a C(message). Empty without it.
+  returned: always
+  type: dict
+  sample: {park: 0123456789abcdef0123456789abcdef01234567, unpark: null, selected: false, changed: true}
 """
 
 import pwd
@@ -298,6 +318,7 @@ def main() -> None:
             min_free_bytes=dict(type="int", default=1 << 30),
             trusted_owners=dict(type="list", elements="str", default=[]),
             folder_variable=dict(type="str", default=""),
+            keep_commits=dict(type="bool", default=False),
         ),
         required_if=[("layout", "local_dir", ["local_dir"]), ("layout", "hf_cache", ["cache_dir"])],
         mutually_exclusive=[("token", "token_file")],
@@ -325,7 +346,8 @@ def main() -> None:
                        download=p["download"], full_verify=p["verify"] == "full", check_mode=module.check_mode,
                        allow_denylisted=p["allow_denylisted"], manifest=given, progress_path=p["progress_path"],
                        progress_interval=p["progress_interval"], min_free_bytes=p["min_free_bytes"],
-                       trusted_uids=trusted, folder_variable=p["folder_variable"])
+                       trusted_uids=trusted, folder_variable=p["folder_variable"],
+                       keep_commits=p["keep_commits"])
     except (mf.ManifestError, hs.StageError, OSError) as exc:
         module.fail_json(msg=str(exc))
     gen = out.generation_config or {}
@@ -336,7 +358,7 @@ def main() -> None:
         refetched=out.refetched, would_download=out.would_download, would_download_bytes=out.would_download_bytes,
         stamp_valid_before=out.stamp_valid_before, stamp_reason=out.stamp_reason, generation_config=gen,
         sampling=mf.sampling_values(gen), denylist_reason=out.denylist_reason or "",
-        copy_root=out.copy_root, copy_paths=out.copy_paths,
+        copy_root=out.copy_root, copy_paths=out.copy_paths, store=out.store,
     )
 
 

@@ -21,6 +21,16 @@ description:
     each missing part; RV(pin) is what the configuration step then serves (the fact C(upgrade_release_pin)).
   - V(outcome) - the closing message of a rolled-back run, with the seconds from the failure found to serving again
     and the ratio to the relaunch's own group start.
+  - V(prune) - the retention choice after a known-good. Without O(nodes), RV(images) names the images the history
+    records (to inspect on every node). With O(nodes), RV(prune) says per node which parked checkpoint commits and
+    which recorded images no release among the newest C(upgrade_keep_staged) of O(config) needs (never the serving
+    release's nor the last known-good's; nothing while the serving release is not the last known-good), with the
+    bytes each frees.
+  - V(disk) - before an upgrade's staging stops anything, the disk for the new image and commit next to the
+    known-good's. Without O(nodes), RV(url) is the hub's model info of the configured revision (at O(endpoint)). With
+    O(nodes) and O(model_info), each node's need (the image's compressed layer bytes when the node lacks it, the
+    commit's bytes unless it is staged at or beside the model path) against the free bytes of each filesystem; a node
+    short of room is refused, naming the bytes needed and free.
   - Runs on the controller only (an action plugin); it never connects to a node.
 author:
   - dgxspark.vllm contributors (@dgxspark)
@@ -32,13 +42,14 @@ options:
     description: The decision to make.
     type: str
     required: true
-    choices: [plan, failure, rollback, outcome]
+    choices: [plan, failure, rollback, outcome, prune, disk]
   history:
     description: The head's release history (the C(history) M(dgxspark.vllm.release_history) returns).
       With O(mode=plan) and O(mode=rollback).
     type: dict
   config:
-    description: The resolved configuration, C(dgxspark_vllm_config). With O(mode=plan) and O(mode=rollback).
+    description: The resolved configuration, C(dgxspark_vllm_config). With O(mode=plan), O(mode=rollback) and
+      O(mode=prune).
     type: dict
   record:
     description: The head's image record (its JSON text or a mapping; empty when absent). With O(mode=plan).
@@ -62,9 +73,25 @@ options:
     type: str
     default: ""
   nodes:
-    description: Per node, C(images) (what C(docker image inspect) of the release's image found - C(Id),
-      C(RepoDigests)) and C(stamp) (the checkpoint stamp's JSON text or mapping; empty when absent). With
-      O(mode=rollback).
+    description:
+      - With O(mode=rollback), per node, C(images) (what C(docker image inspect) of the release's image found -
+        C(Id), C(RepoDigests)), C(stamp) (the checkpoint stamp at the model path, its JSON text or mapping; empty when
+        absent), C(parked) (the stamp of the release's commit parked beside the model path; empty when absent) and
+        C(lock) (the staging lock's text; empty when no staging runs).
+      - With O(mode=disk), per node, C(image_present), C(manifest) (C(docker manifest inspect --verbose) of the
+        image), C(architecture) (C(docker info)'s), C(selected) and C(parked)
+        (M(dgxspark.vllm.checkpoint_store)'s listing) and C(model_df) / C(docker_df) (C(df -B1
+        --output=source,avail,target) of the model path and of Docker's data root).
+      - With O(mode=prune), per node, C(parked) (the RV(dgxspark.vllm.checkpoint_store#module:parked) listing) and
+        C(images) (what C(docker image inspect) of RV(images) found - C(Id), C(RepoDigests), C(Size)).
+    type: dict
+  endpoint:
+    description: The hub (C(checkpoint_hf_endpoint)); empty - huggingface.co. With O(mode=disk).
+    type: str
+    default: ""
+  model_info:
+    description: The hub's model info of the configured revision with every file's size (RV(url)'s answer). With
+      O(mode=disk) and O(nodes).
     type: dict
   decision:
     description: The RV(decision) of O(mode=failure). With O(mode=outcome).
@@ -123,6 +150,41 @@ release:
   description: The recorded release the rollback goes to.
   returned: mode is rollback
   type: dict
+swap:
+  description: The nodes whose model path holds another commit while the release's is parked beside it (brought
+    back once the group stopped).
+  returned: mode is rollback
+  type: list
+  elements: str
+url:
+  description: The hub's model info of the configured repository and revision, with every file's size.
+  returned: mode is disk, without nodes
+  type: str
+lines:
+  description: Per node, what the upgrade's staging needs there.
+  returned: mode is disk, with nodes
+  type: list
+  elements: str
+unknown:
+  description: The nodes whose registry gave no size for the new image (counted as 0).
+  returned: mode is disk, with nodes
+  type: list
+  elements: str
+images:
+  description: The images the history's releases record, as references to inspect (by digest, else by image ID).
+  returned: mode is prune, without nodes
+  type: list
+  elements: str
+prune:
+  description: Per node, C(checkpoints) (parked commits to remove, each with its C(commit) and C(bytes)), C(images)
+    (recorded images to remove - C(id), C(digests), C(bytes)), C(bytes) (the total), C(kept) (the releases kept) and
+    a C(message).
+  returned: mode is prune, with nodes
+  type: dict
+bytes:
+  description: The bytes RV(prune) frees on all nodes.
+  returned: mode is prune, with nodes
+  type: int
 pin:
   description: The release as the configuration step serves it - C(id), C(image) (by digest), C(model_repo),
     C(model_revision) (the commit), C(profile), C(settings), C(kv_cache_memory_bytes), and C(image_record), the record

@@ -97,3 +97,23 @@ def test_token_required(repos, monkeypatch):
         with pytest.raises(huggingface_hub.errors.RepositoryNotFoundError):
             huggingface_hub.HfApi(endpoint=h.url, token=False).model_info("lab/small")
         assert huggingface_hub.HfApi(endpoint=h.url, token="sekrit").model_info("lab/small").id == "lab/small"
+
+
+def test_a_second_commit_of_a_repo(tmp_path, monkeypatch):
+    """A folder <name>@<label> is another commit of <name>: served under its id, `main` stays the plain folder's."""
+    (tmp_path / "lab" / "two").mkdir(parents=True)
+    (tmp_path / "lab" / "two" / "config.json").write_text('{"a": 1}\n')
+    (tmp_path / "lab" / "two@r2").mkdir()
+    (tmp_path / "lab" / "two@r2" / "config.json").write_text('{"a": 2}\n')
+    with running_hub(tmp_path) as h:
+        online_hub_env(monkeypatch, h.url)
+        labels = h.call("GET", "/_lab/commits")["lab/two"]
+        assert set(labels) == {"main", "r2"} and labels["main"] != labels["r2"]
+        assert "lab/two@r2" not in h.call("GET", "/_lab/repos")
+        api = huggingface_hub.HfApi(endpoint=h.url)
+        assert api.model_info("lab/two").sha == labels["main"]
+        assert api.model_info("lab/two", revision=labels["r2"]).sha == labels["r2"]
+        for label, text in (("main", '{"a": 1}\n'), ("r2", '{"a": 2}\n')):
+            path = huggingface_hub.hf_hub_download("lab/two", "config.json", revision=labels[label],
+                                                   local_dir=tmp_path / "out" / label, endpoint=h.url)
+            assert open(path, encoding="utf-8").read() == text

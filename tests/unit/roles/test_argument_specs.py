@@ -204,7 +204,8 @@ def _yaml_files(*folders: str):
 def test_the_api_key_header_is_built_in_one_place():
     """Only dgxspark.vllm.cluster's api_headers turns dgxspark_vllm_api_key into an Authorization header."""
     builders = sorted(str(path.relative_to(ROOT)) for path in _yaml_files("roles", "playbooks")
-                      if re.search(r"Bearer\s*['\"]?\s*(~|\{\{)", path.read_text(encoding="utf-8")))
+                      if re.search(r"Bearer\s*['\"]?\s*(~|\{\{)\s*dgxspark_vllm_api_key",
+                                   path.read_text(encoding="utf-8")))
     assert builders == ["roles/cluster/tasks/api_headers.yml"]
 
 

@@ -582,3 +582,12 @@ def test_a_broken_pin_and_a_wrong_rollback_switch_are_refused() -> None:
     assert any("has no model_repo" in problem for problem in found)
     wrong = problems(inputs({"upgrade_rollback": "maybe"}))
     assert any("dgxspark_vllm_upgrade_rollback must be true or false" in problem for problem in wrong)
+
+
+def test_the_releases_kept_staged() -> None:
+    assert resolve(inputs())["upgrade_keep_staged"] == 2
+    assert resolve(inputs({"upgrade_keep_staged": "3"}))["upgrade_keep_staged"] == 3
+    for wrong in (0, "two", -1):
+        found = problems(inputs({"upgrade_keep_staged": wrong}))
+        assert any("dgxspark_vllm_upgrade_keep_staged must be a whole number of 1 or more" in problem
+                   for problem in found), found

@@ -203,6 +203,38 @@ def test_a_release_not_staged_any_more_is_refused_naming_every_missing_part(node
         assert "nothing was stopped or pulled" in str(err.value)
 
 
+def test_a_release_whose_commit_is_parked_is_staged_and_names_the_nodes_to_swap():
+    other = dict(STAMP, commit="6" * 40)
+    swap = up.check_staged(release(), {"head": {"images": HELD, "stamp": other, "parked": STAMP},
+                                       "worker": {"images": HELD, "stamp": STAMP, "parked": None}}, MODEL_PATH)
+    assert swap == ["head"]
+    assert up.check_staged(release(), {"head": {"images": HELD, "stamp": STAMP}}, MODEL_PATH) == []
+
+
+def test_a_parked_tree_of_another_commit_does_not_count():
+    other = dict(STAMP, commit="6" * 40)
+    with pytest.raises(up.UpgradeError, match="which is not parked in /var/tmp/models/tiny-glm53.commits either"):
+        up.check_staged(release(), {"head": {"images": HELD, "stamp": other, "parked": dict(STAMP, commit="7" * 40)}},
+                        MODEL_PATH)
+
+
+def test_a_rollback_while_a_staging_runs_is_refused_before_anything_stops():
+    nodes = {"head": {"images": HELD, "stamp": STAMP, "lock": ""},
+             "worker": {"images": HELD, "stamp": STAMP, "lock": '{"by": "dgxspark.vllm.checkpoint"}\n'}}
+    with pytest.raises(up.UpgradeError) as err:
+        up.check_staged(release(), nodes, MODEL_PATH)
+    assert "a staging runs (its lock is held on worker ({\"by\": \"dgxspark.vllm.checkpoint\"}))" in str(err.value)
+    assert "nothing was stopped" in str(err.value)
+
+
+def test_the_rollback_task_names_the_nodes_to_swap():
+    good = release()
+    other = json.dumps(dict(STAMP, commit="6" * 40))
+    out = up.run({"mode": "rollback", "release": good["id"], "history": history(good), "config": config(),
+                  "nodes": {"head": {"images": HELD, "stamp": other, "parked": json.dumps(STAMP), "lock": ""}}})
+    assert out["swap"] == ["head"] and "brought back from /var/tmp/models/tiny-glm53.commits on head" in out["msg"]
+
+
 # ----------------------------------------------------------------------------------------------- pin
 
 
@@ -273,3 +305,47 @@ def test_run_dispatches_each_mode():
     with pytest.raises(up.UpgradeError, match="not JSON"):
         up.run({"mode": "rollback", "history": hist, "release": good["id"], "config": config(),
                 "nodes": {"head": {"images": HELD, "stamp": "{"}}})
+
+
+def test_the_prune_mode_names_the_images_then_plans_each_node():
+    old_record = dict(RECORD, digest="sha256:" + "c" * 64, image_id="sha256:" + "d" * 64)
+    old = release(stamp=dict(STAMP, commit="6" * 40), image_record=old_record)
+    good = release()
+    hist = history(old, good)
+    listed = up.run({"mode": "prune", "history": hist, "config": config()})
+    assert listed["images"] == ["ghcr.io/dgxspark-lab/vllm-openai-cpu@sha256:" + "c" * 64,
+                                "ghcr.io/dgxspark-lab/vllm-openai-cpu@" + DIGEST]
+    old_image = {"Id": "sha256:" + "d" * 64, "RepoDigests": ["ghcr.io/dgxspark-lab/vllm-openai-cpu@sha256:" + "c" * 64],
+                 "Size": 7}
+    nodes = {"head": {"parked": {"6" * 40: {"bytes": 5}}, "images": [old_image] + HELD}}
+    kept = up.run({"mode": "prune", "history": hist, "config": config(), "nodes": nodes})
+    assert kept["bytes"] == 0 and "nothing to prune" in kept["msg"]
+    one = up.run({"mode": "prune", "history": hist, "config": config(upgrade_keep_staged=1), "nodes": nodes})
+    assert one["bytes"] == 12 and one["prune"]["head"]["checkpoints"] == [{"commit": "6" * 40, "bytes": 5}]
+    assert [item["id"] for item in one["prune"]["head"]["images"]] == ["sha256:" + "d" * 64]
+    assert one["msg"].startswith("head: prune checkpoint 666666666666, image dddddddddddd: 12 bytes freed")
+    with pytest.raises(up.UpgradeError, match="keep at least the serving release"):
+        up.run({"mode": "prune", "history": hist, "config": config(upgrade_keep_staged=0), "nodes": nodes})
+
+
+DF = "Filesystem Avail Mounted on\n/dev/vda {avail} /\n"
+MANIFEST = json.dumps({"Descriptor": {"platform": {"architecture": "arm64", "os": "linux"}},
+                       "SchemaV2Manifest": {"config": {"size": 0}, "layers": [{"size": 1000}]}})
+
+
+def test_the_disk_mode_names_the_hub_query_then_checks_every_node():
+    asked = up.run({"mode": "disk", "config": config(model_revision="a/b"), "endpoint": "http://10.77.0.6/"})
+    assert asked["url"] == f"http://10.77.0.6/api/models/{REPO}/revision/a%2Fb?blobs=true"
+    info = {"sha": "6" * 40, "siblings": [{"rfilename": "m.safetensors", "size": 500}]}
+    node = {"image_present": False, "manifest": MANIFEST, "architecture": "aarch64", "selected": STAMP, "parked": {},
+            "model_df": DF.format(avail=10 ** 6), "docker_df": DF.format(avail=10 ** 6)}
+    out = up.run({"mode": "disk", "config": config(), "model_info": info, "nodes": {"head": node}})
+    assert "head: image " + TAG + " 0.0 GB" in out["msg"]
+    with pytest.raises(up.UpgradeError) as err:
+        up.run({"mode": "disk", "config": config(), "model_info": info,
+                "nodes": {"head": dict(node, model_df=DF.format(avail=1400), docker_df=DF.format(avail=1400))}})
+    assert "head needs 1500 bytes (0.0 GB) on / for the checkpoint and the image" in str(err.value)
+    # the new commit parked already, the image held: nothing needed
+    held = dict(node, image_present=True, parked={"6" * 40: {}}, model_df=DF.format(avail=0), docker_df=DF.format(avail=0))
+    assert "nothing to stage" in up.run({"mode": "disk", "config": config(), "model_info": info,
+                                         "nodes": {"head": held}})["msg"]

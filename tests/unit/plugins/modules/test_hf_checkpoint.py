@@ -360,3 +360,62 @@ def test_hf_cache_a_planted_snapshot_link_to_a_root_file_leaves_the_file(lab, tm
     result = run_module(hf_checkpoint.main, dict(base, verify="full"))
     assert result["complete"] and victim.read_text() == "root's file\n"
     assert os.readlink(snap / "config.json").startswith("../../blobs/")
+
+
+@pytest.fixture(name="two_commits")
+def fixture_two_commits(tmp_path, monkeypatch, lab_hub):
+    """A hub whose repo lab/two has two commits: main, and one with a changed file (two@r2)."""
+    root = tmp_path / "repos"
+    lab_hub.hub.make_random(str(root / "lab" / "two"), shards=1, shard_mib=1, seed=3)
+    lab_hub.hub.make_random(str(root / "lab" / "two@r2"), shards=1, shard_mib=1, seed=3)
+    (root / "lab" / "two@r2" / "generation_config.json").write_text('{"temperature": 0.5}\n')
+    with lab_hub.running_hub(root) as h:
+        lab_hub.online_hub_env(monkeypatch, h.url)
+        yield h, h.call("GET", "/_lab/commits")["lab/two"]
+
+
+def test_keep_commits_parks_the_old_commit_and_brings_it_back_without_a_download(two_commits, tmp_path):
+    lab, commits = two_commits
+    dest = tmp_path / "models" / "two"
+    store = tmp_path / "models" / "two.commits"
+    base = {"repo": "lab/two", "local_dir": str(dest), "endpoint": lab.url, "min_free_bytes": 0,
+            "keep_commits": True}
+    first = run_module(hf_checkpoint.main, dict(base, revision="main"))
+    assert first["complete"] and first["commit"] == commits["main"] and first["store"]["park"] is None
+    second = run_module(hf_checkpoint.main, dict(base, revision=commits["r2"]))
+    assert second["complete"] and second["store"]["park"] == commits["main"]
+    assert json.loads((dest / ".dgxspark-stamp.json").read_text())["commit"] == commits["r2"]
+    assert json.loads((store / commits["main"] / ".dgxspark-stamp.json").read_text())["commit"] == commits["main"]
+    lab.call("POST", "/_lab/reset")
+    checked = run_module(hf_checkpoint.main, dict(base, revision=commits["main"]), check_mode=True)
+    assert checked["complete"] and checked["would_download"] == [] and checked["store"]["unpark"] == commits["main"]
+    assert json.loads((dest / ".dgxspark-stamp.json").read_text())["commit"] == commits["r2"]   # nothing moved
+    back = run_module(hf_checkpoint.main, dict(base, revision=commits["main"]))
+    assert back["changed"] and back["complete"] and back["downloaded"] == []
+    assert back["store"] == dict(back["store"], park=commits["r2"], unpark=commits["main"])
+    assert body_bytes(lab) == 0
+    assert json.loads((dest / ".dgxspark-stamp.json").read_text())["commit"] == commits["main"]
+    assert sorted(os.listdir(store)) == [commits["r2"]]
+    again = run_module(hf_checkpoint.main, dict(base, revision="main"))
+    assert not again["changed"] and again["store"]["selected"]
+
+
+def test_without_keep_commits_a_new_commit_is_staged_over_the_tree(two_commits, tmp_path):
+    lab, commits = two_commits
+    dest = tmp_path / "two"
+    base = {"repo": "lab/two", "local_dir": str(dest), "endpoint": lab.url, "min_free_bytes": 0}
+    run_module(hf_checkpoint.main, dict(base, revision="main"))
+    second = run_module(hf_checkpoint.main, dict(base, revision=commits["r2"]))
+    assert second["complete"] and second["store"] == {} and not (tmp_path / "two.commits").exists()
+
+
+def test_keep_commits_refuses_a_store_that_is_a_symlink(two_commits, tmp_path):
+    lab, commits = two_commits
+    dest = tmp_path / "two"
+    (tmp_path / "elsewhere").mkdir()
+    (tmp_path / "two.commits").symlink_to(tmp_path / "elsewhere")
+    base = {"repo": "lab/two", "local_dir": str(dest), "endpoint": lab.url, "min_free_bytes": 0,
+            "keep_commits": True}
+    with pytest.raises(ModuleFail, match="two.commits is not a folder"):
+        run_module(hf_checkpoint.main, dict(base, revision=commits["r2"]))
+    assert os.listdir(tmp_path / "elsewhere") == [] and body_bytes(lab) == 0
