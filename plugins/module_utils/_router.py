@@ -34,9 +34,16 @@ _KEY = re.compile(r"^[A-Za-z0-9._~+/=-]{8,512}$")
 _MODEL = re.compile(r"^[\x21-\x7e]{1,256}$")   # printable, no space: a map key and a JSON string
 _HOST = re.compile(r"^[A-Za-z0-9_.:-]{1,253}$")
 
+CLUSTERS_ARGUMENT_SPEC: dict = {
+    "head_group": {"type": "str", "default": "spark_head"},
+    "workers_group": {"type": "str", "default": "spark_workers"},
+}
+"""router_clusters' options: the inventory's groups of heads and workers."""
+
 ARGUMENT_SPEC: dict = {
     "clusters": {"type": "list", "elements": "dict", "required": True},
-    "keys": {"type": "dict", "required": True, "no_log": True},
+    "keys": {"type": "dict", "default": {}, "no_log": True},
+    "generated": {"type": "list", "elements": "dict", "default": [], "no_log": True},
     "router_key": {"type": "str", "required": True, "no_log": True},
     "bind_address": {"type": "str", "default": "0.0.0.0"},
     "port": {"type": "int", "default": 8080},
@@ -52,9 +59,10 @@ ARGUMENT_SPEC: dict = {
     "models_file": {"type": "path", "default": "/etc/dgxspark/router/models.json"},
     "host_ports": {"type": "dict", "default": {}},
 }
-"""router_plan's options: the clusters (each: name, head, address, port, model, max_model_len), each cluster's key by
-name, the router's own key and the router role's settings; ``host_ports``: per router host, the API port of the
-cluster it is a node of (0: none), which the router's ports must not take."""
+"""router_plan's options: the clusters (router_clusters: each with name, head, address, port, model, max_model_len),
+the inventory's keys by cluster name, the generated keys read on the heads (each: cluster, key), what each router host
+saw of each cluster's /health (``probes``), the router's own key and the router role's settings; ``host_ports``: per
+router host, the API port of the cluster it is a node of, which the router's ports must not take."""
 
 
 class RouterError(ValueError):
@@ -274,8 +282,9 @@ def render(clusters: Sequence[Backend], keys: Mapping[str, str], router_key: str
             "    option http-buffer-request",
             "    http-request set-var(txn.model) req.body,json_query('$.model') if METH_POST",
             "    http-request return status 404 content-type application/json string "
-            + _quoted(json.dumps({"error": "no cluster behind this router serves that model; GET /v1/models lists "
-                                           "the models"}))
+            + _quoted(json.dumps({"error": "no cluster behind this router serves that model (or the request's "
+                                           "body is larger than router_buffer_bytes, so its model was not read); "
+                                           "GET /v1/models lists the models"}))
             + f" unless {{ var(txn.model),map_str({map_file}) -m found }}",
             f"    use_backend %[var(txn.model),map_str({map_file})]",
         ]
@@ -331,6 +340,8 @@ def plan(params: Mapping[str, object]) -> dict:
     """router_plan: the checked backends and every file the router needs; RouterError lists the problems."""
     clusters = backends(list(params.get("clusters") or []))   # type: ignore[call-overload]
     keys = {str(k): str(v) for k, v in dict(params.get("keys") or {}).items()}   # type: ignore[call-overload]
+    for cluster, key in generated_keys(list(params.get("generated") or [])).items():   # type: ignore[call-overload]
+        keys.setdefault(cluster, key)
     settings = Settings(
         bind_address=str(params.get("bind_address", "0.0.0.0")), port=params.get("port", 8080),   # type: ignore[arg-type]
         metrics_port=params.get("metrics_port", 8404),   # type: ignore[arg-type]
@@ -351,17 +362,50 @@ def plan(params: Mapping[str, object]) -> dict:
         "map_file": map_file,
         "models": models_listing(clusters),
         "backends": [{"cluster": b.name, "head": b.head, "address": b.address, "port": b.port, "model": b.model,
-                      "backend": m.backend, "health_url": f"http://{_url_host(b.address)}:{b.port}/health"}
+                      "backend": m.backend, "health_url": f"http://{url_host(b.address)}:{b.port}/health"}
                      for m in served for b in m.clusters],
         "drain_timeout": settings.drain_timeout,
+        "summary": [f"{b.name} ({b.address}:{b.port}) serves {m.name}" for m in served for b in m.clusters],
     }
 
 
-def _url_host(address: str) -> str:
+def url_host(address: str) -> str:
+    """An address as a URL's host (an IPv6 address in brackets)."""
     return f"[{address}]" if ":" in address else address
 
 
 # ------------------------------------------------------------------------------------------------ reachability
+
+def generated_keys(results: Sequence[object]) -> dict[str, str]:
+    """The keys the api_key module read on the heads, by cluster: its loop's results (each with the cluster as
+    ``item`` and the ``key``)."""
+    out: dict[str, str] = {}
+    for entry in results:
+        if not isinstance(entry, Mapping) or entry.get("skipped"):
+            continue
+        item = entry.get("item")
+        name = item.get("name") if isinstance(item, Mapping) else None
+        if name and entry.get("key"):
+            out[str(name)] = str(entry["key"])
+    return out
+
+
+def probes(results: Mapping[str, Sequence[object]]) -> list[dict]:
+    """What each router host saw of each cluster's /health: per router host, the uri loop's results (each with the
+    cluster as ``item``)."""
+    out = []
+    for router, entries in results.items():
+        for entry in entries or []:
+            if not isinstance(entry, Mapping):
+                continue
+            item = entry.get("item")
+            status = entry.get("status")
+            out.append({"router": str(router), "cluster": str(item.get("name") if isinstance(item, Mapping) else ""),
+                        "url": str(entry.get("url") or (item.get("health_url") if isinstance(item, Mapping) else "")),
+                        "status": status if isinstance(status, int) and not isinstance(status, bool) else -1,
+                        "msg": "" if status == 200 else str(entry.get("msg") or "")})
+    return out
+
 
 def unreachable(probes: Sequence[Mapping[str, object]]) -> str | None:
     """Why the router cannot start: the clusters whose ``/health`` did not answer 200 from a router host. Each probe:
@@ -390,7 +434,7 @@ def server_states(show_stat: str, served: Sequence[Mapping[str, object]] | None 
     now and has had, the last check's result. ``served``: the plan's backends, to name each cluster's model."""
     text = show_stat.lstrip("# ")
     rows = list(csv.DictReader(io.StringIO(text)))
-    model_of = {(str(b.get("backend")), str(b.get("cluster"))): str(b.get("model")) for b in served or ()}
+    model_of = {str(b.get("backend")): str(b.get("model")) for b in served or ()}
     out = []
     for row in rows:
         backend, server = row.get("pxname", ""), row.get("svname", "")
@@ -401,11 +445,17 @@ def server_states(show_stat: str, served: Sequence[Mapping[str, object]] | None 
         state = _STATE.get(raw) or _STATE.get(word) or raw.lower()
         if raw.startswith("UP ") or raw.startswith("DOWN "):   # going down / coming back: "UP 1/2", "DOWN 1/2"
             state = "up" if word == "UP" else "down"
-        out.append({"cluster": server, "backend": backend, "model": model_of.get((backend, server), ""),
+        out.append({"cluster": server, "backend": backend, "model": model_of.get(backend, ""),
                     "state": state, "status": raw, "current": _int(row.get("scur")),
                     "total": _int(row.get("stot")), "check": (row.get("check_status") or "").strip(),
                     "check_ms": _int(row.get("check_duration")), "last_change_s": _int(row.get("lastchg"))})
     return out
+
+
+def describe(states: Sequence[Mapping[str, object]]) -> list[str]:
+    """One line per cluster and model behind the router, for a person."""
+    return [f"{s['cluster']} ({s['model'] or s['backend']}): {s['state']}, {s['current']} running, {s['total']} "
+            f"answered, last check {s['check'] or 'none'}" for s in states]
 
 
 def _int(value: object) -> int:
@@ -413,6 +463,16 @@ def _int(value: object) -> int:
         return int(str(value))
     except (TypeError, ValueError):
         return 0
+
+
+def map_models(map_text: str) -> list[dict]:
+    """The plan's backends as far as the model map tells them (model and backend per line), for server_states."""
+    out = []
+    for line in map_text.splitlines():
+        parts = line.split()
+        if len(parts) == 2 and not parts[0].startswith("#"):
+            out.append({"model": parts[0], "backend": parts[1]})
+    return out
 
 
 def find_server(states: Sequence[Mapping[str, object]], cluster: str) -> list[Mapping[str, object]]:
