@@ -234,7 +234,7 @@ def render(clusters: Sequence[Backend], keys: Mapping[str, str], router_key: str
            map_file: str) -> str:
     """HAProxy's configuration (haproxy.cfg). Call check() first."""
     served = models(clusters)
-    allowed = _acl(settings.allowed_cidrs)
+    allowed = _acl([*settings.allowed_cidrs, "127.0.0.0/8", "::1"])   # and the router's host itself
     bind = settings.bind_address
     bind_text = f"[{bind}]" if ":" in bind else bind
     unauthorized = json.dumps({"error": "Unauthorized"})

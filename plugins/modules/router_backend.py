@@ -84,6 +84,14 @@ running_at_start:
   description: The cluster's running requests when the state was set.
   returned: success
   type: int
+started:
+  description: When the state was set (seconds since the epoch, the router host's clock).
+  returned: success
+  type: float
+ended:
+  description: When the wait ended (seconds since the epoch, the router host's clock).
+  returned: success
+  type: float
 """
 
 import time
@@ -122,8 +130,9 @@ def main() -> None:
         changed = any((s["state"] != wanted) if wanted else (s["state"] in ("draining", "maintenance")) for s in mine)
         running = sum(int(s["current"]) for s in mine)
         if module.check_mode or not changed and state == "ready":
-            module.exit_json(changed=changed, servers=mine, elapsed=0.0, running_at_start=running)
-        start = time.monotonic()
+            now = time.time()
+            module.exit_json(changed=changed, servers=mine, elapsed=0.0, running_at_start=running, started=now, ended=now)
+        start, started = time.monotonic(), time.time()
         if changed:
             for line in state_commands(states, cluster, state):
                 answer = command(path, line).strip()
@@ -142,7 +151,7 @@ def main() -> None:
     except SocketError as exc:
         module.fail_json(msg=str(exc))
     module.exit_json(changed=changed, servers=find_server(states, cluster), elapsed=round(time.monotonic() - start, 3),
-                     running_at_start=running)
+                     running_at_start=running, started=started, ended=time.time())
 
 
 if __name__ == "__main__":

@@ -46,7 +46,7 @@ options:
     type: dict
     default: {}
   router_key:
-    description: The key clients send to the router (C(Authorization: Bearer <key>)).
+    description: The key clients send to the router (an C(Authorization) header C(Bearer <key>)).
     type: str
     required: true
   bind_address:
