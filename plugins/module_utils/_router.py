@@ -17,7 +17,8 @@ From the resolved configuration of every cluster (each cluster's head, API port 
 - the runtime API on a root-only socket: the drain (``set server <backend>/<cluster> state drain``: no new request, the
   running ones finish) and the state ``status.yml`` shows (``show stat``).
 
-The configuration holds every cluster's key: it is root's, mode 0600 (HAProxy's master process reads it as root).
+The configuration holds every cluster's key: it is root's, mode 0600; HAProxy runs as root without capabilities
+(the unit's sandbox) and reads it at every reload.
 """
 from __future__ import annotations
 
@@ -243,8 +244,6 @@ def render(clusters: Sequence[Backend], keys: Mapping[str, str], router_key: str
         "# Root's, mode 0600: it holds every cluster's API key and the router's own.",
         "global",
         "    log stdout format short daemon",
-        "    user haproxy",
-        "    group haproxy",
         f"    stats socket {settings.socket} mode 600 level admin",
         "    stats timeout 30s",
         f"    tune.bufsize {settings.buffer_bytes + 16384}",
