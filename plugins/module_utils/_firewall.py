@@ -268,7 +268,7 @@ def plan(config: dict, addresses: dict, reached: dict, controller: dict | None =
                             "address its requests to the clusters come from)")
             continue
         try:
-            router_addresses.append(str(ipaddress.ip_address(str(address).split("%")[0])))
+            router_addresses.append(str(ipaddress.ip_address(str(address).split("%", maxsplit=1)[0])))
         except ValueError:
             problems.append(f"the router host {host}: {address!r} is not an IP address")
     if problems:

@@ -45,6 +45,7 @@ ARGUMENT_SPEC: dict = {
     "clusters": {"type": "list", "elements": "dict", "required": True},
     "keys": {"type": "dict", "default": {}, "no_log": True},
     "generated": {"type": "list", "elements": "dict", "default": [], "no_log": True},
+    "probes": {"type": "dict", "default": {}},
     "router_key": {"type": "str", "required": True, "no_log": True},
     "bind_address": {"type": "str", "default": "0.0.0.0"},
     "port": {"type": "int", "default": 8080},
@@ -406,14 +407,17 @@ def probes(results: Mapping[str, Sequence[object]]) -> list[dict]:
     return out
 
 
+def _answer(status: object) -> str:
+    return f"HTTP {status}" if isinstance(status, int) and not isinstance(status, bool) and status > 0 else "no answer"
+
+
 def unreachable(probes: Sequence[Mapping[str, object]]) -> str | None:
     """Why the router cannot start: the clusters whose ``/health`` did not answer 200 from a router host. Each probe:
     router host, cluster, url, status (the HTTP status; -1 or 0 when nothing answered) and msg. None when all did."""
     bad = [p for p in probes if p.get("status") != 200]
     if not bad:
         return None
-    lines = [f"{p.get('router')} -> cluster {p.get('cluster')} at {p.get('url')}: "
-             f"{'HTTP ' + str(p.get('status')) if isinstance(p.get('status'), int) and int(p.get('status')) > 0 else 'no answer'}"   # type: ignore[call-overload]
+    lines = [f"{p.get('router')} -> cluster {p.get('cluster')} at {p.get('url')}: {_answer(p.get('status'))}"
              f"{' (' + str(p.get('msg')) + ')' if p.get('msg') else ''}" for p in bad]
     return ("A cluster is not reachable from the router's host, so the router was not started or changed:\n- "
             + "\n- ".join(lines) + "\nFix: serve the cluster (site.yml --limit <cluster>), and apply its firewall with "

@@ -1,4 +1,3 @@
-#!/usr/bin/env python3
 # Copyright: Contributors to the dgxspark.vllm collection
 # GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
 """The router scenario's load: completions through the router at a fixed rate, each request's start, end and status.

@@ -102,10 +102,10 @@ def test_several_models_are_routed_by_the_body_and_listed_together() -> None:
     assert "server pair_b [2001:db8::20]:8000 check" in config
     import json
     listed = json.loads(plan["models"])
-    assert [(m["id"], m["clusters"]) for m in listed["data"]] == [("glm-5.3-flash", ["pair_a"]),
-                                                                   ("qwen3-coder", ["pair_b"])]
-    assert [b["health_url"] for b in plan["backends"]] == ["http://192.0.2.10:8000/health",
-                                                           "http://[2001:db8::20]:8000/health"]
+    expected = [("glm-5.3-flash", ["pair_a"]), ("qwen3-coder", ["pair_b"])]
+    assert [(m["id"], m["clusters"]) for m in listed["data"]] == expected
+    urls = ["http://192.0.2.10:8000/health", "http://[2001:db8::20]:8000/health"]
+    assert [b["health_url"] for b in plan["backends"]] == urls
 
 
 def test_two_clusters_of_one_model_share_its_backend() -> None:
