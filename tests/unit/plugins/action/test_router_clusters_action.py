@@ -107,10 +107,12 @@ PLAN = """
 """
 
 
-@pytest.mark.parametrize(("status", "msg", "failed"), [(200, "OK (unknown bytes)", False),
-                                                       (-1, "Connection refused", True)])
-def test_the_plan_runs_through_its_action_and_refuses_an_unreachable_cluster(tmp_path: Path, status: int, msg: str,
-                                                                              failed: bool) -> None:
+CASES = [(200, "OK (unknown bytes)", False), (-1, "Connection refused", True)]
+
+
+@pytest.mark.parametrize(("status", "msg", "failed"), CASES)
+def test_the_plan_runs_through_its_action_and_refuses_an_unreachable_cluster(
+        tmp_path: Path, status: int, msg: str, failed: bool) -> None:
     playbook = tmp_path / "plan.yml"
     playbook.write_text(PLAN.replace("STATUS", str(status)).replace("MSG", msg).replace("OUT", str(tmp_path)))
     env = dict(os.environ, ANSIBLE_NOCOLOR="1", ANSIBLE_LOCAL_TEMP=str(tmp_path / "tmp"),
