@@ -168,9 +168,10 @@ def _port(problems: list[str], name: str, value: object, zero: bool = False) -> 
 
 
 def check(clusters: Sequence[Backend], keys: Mapping[str, str], router_key: str, settings: Settings,
-          host_ports: Mapping[str, int] | None = None) -> None:
-    """Refuse what cannot serve, every problem at once, each naming its fix (RouterError)."""
-    problems: list[str] = []
+          host_ports: Mapping[str, int] | None = None, known: Sequence[str] = ()) -> None:
+    """Refuse what cannot serve, every problem at once, each naming its fix (RouterError). ``known``: problems found
+    before (a key that could not be read), listed first."""
+    problems: list[str] = list(known)
     _port(problems, "router_port", settings.port)
     _port(problems, "router_metrics_port", settings.metrics_port)
     if settings.port == settings.metrics_port:
@@ -209,7 +210,10 @@ def check(clusters: Sequence[Backend], keys: Mapping[str, str], router_key: str,
     if not _KEY.match(str(router_key or "")):
         problems.append("the router's API key (router_api_key, or the one generated in router_api_key_file) must be "
                         "8 to 512 characters of letters, digits and ._~+/=-")
+    unread = {problem.split(":", 1)[0] for problem in known}
     for backend in clusters:
+        if f"cluster {backend.name}" in unread:
+            continue
         if not _KEY.match(str(keys.get(backend.name) or "")):
             problems.append(f"cluster {backend.name}: no usable API key (its dgxspark_vllm_api_key, or the key "
                             "generated on its head: run site.yml for it first)")
@@ -353,7 +357,8 @@ def plan(params: Mapping[str, object]) -> dict:
         models_file=str(params.get("models_file") or Settings.models_file))
     router_key = str(params.get("router_key") or "")
     host_ports = {str(k): int(v) for k, v in dict(params.get("host_ports") or {}).items()}   # type: ignore[call-overload]
-    check(clusters, keys, router_key, settings, host_ports)
+    check(clusters, keys, router_key, settings, host_ports,
+          key_failures(list(params.get("generated") or [])))   # type: ignore[call-overload]
     map_file = settings.models_file.rsplit("/", 1)[0] + "/models.map"
     served = models(clusters)
     return {
@@ -387,6 +392,20 @@ def generated_keys(results: Sequence[object]) -> dict[str, str]:
         name = item.get("name") if isinstance(item, Mapping) else None
         if name and entry.get("key"):
             out[str(name)] = str(entry["key"])
+    return out
+
+
+def key_failures(results: Sequence[object]) -> list[str]:
+    """The clusters whose generated key could not be read on their head (the api_key loop's failed or unreachable
+    results), with why."""
+    out = []
+    for entry in results:
+        if isinstance(entry, Mapping) and (entry.get("failed") or entry.get("unreachable")):
+            item = entry.get("item")
+            name = item.get("name") if isinstance(item, Mapping) else "?"
+            head = item.get("head") if isinstance(item, Mapping) else "?"
+            out.append(f"cluster {name}: its generated API key could not be read on its head {head} "
+                       f"({str(entry.get('msg') or 'unreachable').strip()[:300]})")
     return out
 
 

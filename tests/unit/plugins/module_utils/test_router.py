@@ -176,3 +176,12 @@ def test_a_drain_waits_until_no_request_runs_and_fails_after_its_timeout() -> No
     assert r.state_commands(running, "pair_a", "drain") == ["set server model_0/pair_a state drain"]
     with pytest.raises(r.RouterError):
         r.state_commands(running, "pair_a", "down")
+
+
+def test_a_key_that_could_not_be_read_is_named_with_its_head() -> None:
+    results = [{"item": {"name": "pair_b", "head": "spark-b1"}, "unreachable": True,
+                "msg": "Failed to connect to the host via ssh"}]
+    with pytest.raises(r.RouterError) as caught:
+        r.plan(params([cluster("pair_a"), cluster("pair_b", "qwen3-coder")], keys={"pair_a": KEY_A}, generated=results))
+    assert caught.value.problems == ["cluster pair_b: its generated API key could not be read on its head spark-b1 "
+                                     "(Failed to connect to the host via ssh)"]
