@@ -45,10 +45,18 @@ options:
       with the cluster as C(item)); a cluster that did not answer 200 fails the plan.
     type: dict
     default: {}
-  router_key:
-    description: The key clients send to the router (an C(Authorization) header C(Bearer <key>)).
+  stage:
+    description:
+      - V(reach) checks O(probes) only (every cluster answered every router host), before the keys are read on the
+        heads; V(full) plans the router.
     type: str
-    required: true
+    choices: [reach, full]
+    default: full
+  router_key:
+    description: The key clients send to the router (an C(Authorization) header C(Bearer <key>)); required with
+      O(stage=full) (an empty key is refused).
+    type: str
+    default: ""
   bind_address:
     description: The address the router listens on.
     type: str
@@ -62,10 +70,11 @@ options:
     type: int
     default: 8404
   allowed_cidrs:
-    description: The networks that may use the router and read its metrics.
+    description: The networks that may use the router and read its metrics; required with O(stage=full) (empty is
+      refused).
     type: list
     elements: str
-    required: true
+    default: []
   request_timeout:
     description: The longest a request may take through the router, in seconds.
     type: int
