@@ -103,6 +103,7 @@ bench() {   # bench NAME URL KEY ARGS...: one vllm bench serve run in the head's
     --result-filename "$name.json" "$@" >"$tmp/$name.out" 2>&1
   in_head docker exec vllm_glm53 cat "/tmp/router-bench/$name.json" >"$tmp/$name.json"
 }
+in_head docker exec vllm_glm53 mkdir -p /tmp/router-bench
 paths=("direct http://$head_api $cluster_key" "haproxy http://$host:$hap_port $router_key" "vllm-router http://$host:$vr_port $cluster_key")
 for round in 1 2; do   # interleaved, twice: drift of the engine hits every path alike
   for p in "${paths[@]}"; do set -- $p
