@@ -20,7 +20,6 @@ set -euo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 . "$ROOT/bin/lib.sh"
 cd "$ROOT"
-umask 077
 rate=${ROUTER_BENCH_RATE:-2}
 prompts=${ROUTER_BENCH_PROMPTS:-60}
 single=${ROUTER_BENCH_SINGLE:-100}
@@ -28,7 +27,7 @@ vr_version=0.1.17
 "$ROOT/bin/lab" up
 venv_activate
 inv=inventories/lab
-tmp=$ROOT/bench/out/router-$(date +%Y%m%d-%H%M%S); mkdir -p "$tmp"
+tmp=$ROOT/bench/out/router-$(date +%Y%m%d-%H%M%S); mkdir -p "$ROOT/bench/out"; mkdir -m 0700 "$tmp"
 ansible-playbook -i $inv playbooks/firewall.yml playbooks/staging.yml playbooks/cache_flush.yml playbooks/launch.yml >"$tmp/launch.out"
 
 command -v haproxy >/dev/null || { apt-get install -y -q haproxy >"$tmp/apt.out"; }
@@ -65,7 +64,8 @@ clusters = [{"name": name, "head": "lab-head", "address": "10.77.0.11", "port": 
 plan = _router.plan({"clusters": clusters, "keys": {"a": cluster_key, "b": cluster_key}, "router_key": router_key,
                      "bind_address": host, "port": port, "metrics_port": metrics, "allowed_cidrs": ["10.77.0.0/24"],
                      "socket": f"{tmp}/haproxy.sock", "models_file": f"{tmp}/models.json"})
-open(f"{tmp}/haproxy.cfg", "w").write(plan["config"])
+with os.fdopen(os.open(f"{tmp}/haproxy.cfg", os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600), "w") as handle:
+    handle.write(plan["config"])   # it holds the keys
 open(f"{tmp}/models.json", "w").write(plan["models"])
 PY
 haproxy -c -q -f "$tmp/haproxy.cfg"
