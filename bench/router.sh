@@ -21,8 +21,8 @@ ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 . "$ROOT/bin/lib.sh"
 cd "$ROOT"
 rate=${ROUTER_BENCH_RATE:-2}
-prompts=${ROUTER_BENCH_PROMPTS:-60}
-single=${ROUTER_BENCH_SINGLE:-60}
+prompts=${ROUTER_BENCH_PROMPTS:-40}
+single=${ROUTER_BENCH_SINGLE:-40}
 vr_version=0.1.17
 "$ROOT/bin/lab" up
 venv_activate
