@@ -105,6 +105,9 @@ bench() {   # bench NAME URL KEY ARGS...: one vllm bench serve run in the head's
   in_head docker exec vllm_glm53 cat "/tmp/router-bench/$name.json" >"$tmp/$name.json"
 }
 in_head docker exec vllm_glm53 mkdir -p /tmp/router-bench
+# one request first: the lab's CPU engine compiles kernels on its first request after a start (about 20 s), which
+# would land in the first case's p99
+bench warmup "http://$head_api" "$cluster_key" --random-input-len 32 --random-output-len 1 --num-prompts 1
 paths=("direct http://$head_api $cluster_key" "haproxy http://$host:$hap_port $router_key" "vllm-router http://$host:$vr_port $cluster_key")
 for round in 1 2; do   # interleaved, twice: drift of the engine hits every path alike
   for p in "${paths[@]}"; do set -- $p
