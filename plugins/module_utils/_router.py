@@ -259,6 +259,7 @@ def render(clusters: Sequence[Backend], keys: Mapping[str, str], router_key: str
         "    log global",
         "    option httplog",
         "    option dontlognull",
+        "    option http-no-delay",   # a streamed token goes out at once (HAProxy merges small chunks by default)
         "    timeout connect 5s",
         "    timeout http-request 30s",
         f"    timeout client {settings.request_timeout}s",

@@ -83,6 +83,7 @@ def test_one_model_reads_no_body_and_sends_the_clusters_key() -> None:
     assert "http-request del-header authorization" in config
     assert f'http-request set-header Authorization "Bearer {KEY_A}"' in config
     assert "server pair_a 192.0.2.10:8000 check" in config
+    assert "option http-no-delay" in config   # streamed tokens are not held back to be merged
     assert "option httpchk GET /health" in config and "default-server inter 2s fall 2 rise 2" in config
     assert "tcp-request connection reject unless { src 192.0.2.0/24 127.0.0.0/8 ::1/128 }" in config
     assert "http-request use-service prometheus-exporter if { path /metrics }" in config
