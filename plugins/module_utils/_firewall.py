@@ -193,9 +193,11 @@ ARGUMENT_SPEC: dict = {
     "addresses": {"type": "dict", "required": True},
     "reached": {"type": "dict", "required": True},
     "controller": {"type": "dict", "default": {}},
+    "routers": {"type": "list", "elements": "str", "default": []},
 }
 """firewall_plan's options: the resolved configuration, per host its ``ip -j addr show`` (parsed), per host the
-address Ansible reaches it on (resolved on the controller; "" when it could not be)."""
+address Ansible reaches it on (resolved on the controller; "" when it could not be); the hosts of spark_router (the
+action plugin hands plan() each one's ``ansible_host``, resolved the same way: where the router's requests come from)."""
 
 
 def _addresses(listing: object) -> list[tuple[str, str, int]]:
@@ -217,9 +219,11 @@ def _same(a: str, b: str) -> bool:
         return False
 
 
-def plan(config: dict, addresses: dict, reached: dict, controller: dict | None = None) -> dict:
+def plan(config: dict, addresses: dict, reached: dict, controller: dict | None = None,
+         routers: dict | None = None) -> dict:
     """Every node's ruleset and what it allows; raises FirewallError naming what to fix. ``controller`` holds, per
-    node, the SSH_CONNECTION Ansible's session on it had ('' when it was not reached over SSH)."""
+    node, the SSH_CONNECTION Ansible's session on it had ('' when it was not reached over SSH); ``routers``, per host
+    of spark_router, its address: the API answers each (the router's health checks and requests come from there)."""
     hosts = [config["head"]] + list(config["workers"])
     nodes = config["nodes"]
     problems: list[str] = []
@@ -257,7 +261,19 @@ def plan(config: dict, addresses: dict, reached: dict, controller: dict | None =
             "address is not known (Ansible did not reach the nodes over SSH: a local or docker connection). Name "
             "the networks or addresses that may use the API in dgxspark_vllm_api_allowed_cidrs (e.g. "
             "[192.168.1.10/32]; the nodes themselves are always allowed)")
-    cidrs = list(api_cidrs(given_cidrs, controllers))
+    router_addresses: list[str] = []
+    for host, address in sorted((routers or {}).items()):
+        if not address:
+            problems.append(f"the router host {host}: its address could not be resolved (set its ansible_host to the "
+                            "address its requests to the clusters come from)")
+            continue
+        try:
+            router_addresses.append(str(ipaddress.ip_address(str(address).split("%", maxsplit=1)[0])))
+        except ValueError:
+            problems.append(f"the router host {host}: {address!r} is not an IP address")
+    if problems:
+        raise FirewallError("; ".join(problems))
+    cidrs = list(api_cidrs(given_cidrs, [*controllers, *(a for a in router_addresses if a not in controllers)]))
     for address in node_addresses:   # the nodes themselves always may (the guard, status, verify from a node)
         if not any(ipaddress.ip_address(address) in ipaddress.ip_network(c) for c in cidrs):
             cidrs.append(str(ipaddress.ip_network(address)))
@@ -271,8 +287,9 @@ def plan(config: dict, addresses: dict, reached: dict, controller: dict | None =
         out[host] = {"ruleset": ruleset(r), "cx7_iface": ifaces[host], "peers": list(r.peers)}
     source = " and ".join(part for part in (
         "dgxspark_vllm_api_allowed_cidrs" if given_cidrs else "",
-        f"the controller's address ({', '.join(controllers)})" if controllers else "") if part)
-    return {"nodes": out, "api_cidrs": cidrs, "controller": controllers, "source": source}
+        f"the controller's address ({', '.join(controllers)})" if controllers else "",
+        f"the router's ({', '.join(router_addresses)})" if router_addresses else "") if part)
+    return {"nodes": out, "api_cidrs": cidrs, "controller": controllers, "routers": router_addresses, "source": source}
 
 
 # ------------------------------------------------------------------------------------------------ the launch's check

@@ -50,6 +50,12 @@ options:
       server_ip server_port)); empty when it was not reached over SSH. Its client address is the controller's.
     type: dict
     default: {}
+  routers:
+    description: The hosts of the group C(spark_router) (role C(dgxspark.vllm.router)); the API answers each one's
+      C(ansible_host) (a name is resolved on the controller), where the router's health checks and requests come from.
+    type: list
+    elements: str
+    default: []
 """
 
 EXAMPLES = r"""
@@ -77,6 +83,11 @@ api_cidrs:
   elements: str
 controller:
   description: The controller's addresses the API answers (as the nodes saw Ansible's SSH sessions come from).
+  returned: success
+  type: list
+  elements: str
+routers:
+  description: The router hosts' addresses the API answers.
   returned: success
   type: list
   elements: str

@@ -17,5 +17,6 @@ def _imported() -> list[str]:
 
 
 def test_the_steps_run_in_the_recipes_order_with_the_firewall_before_staging() -> None:
+    # the router last, over the hosts of spark_router: every cluster must answer it
     assert _imported() == ["preflight.yml", "firewall.yml", "staging.yml", "cache_flush.yml", "launch.yml",
-                           "verify.yml"]
+                           "verify.yml", "router.yml"]

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import shutil
+from re import escape as re_escape
 import subprocess
 
 import pytest
@@ -251,3 +252,20 @@ def test_nft_accepts_the_ruleset_with_the_guard_metrics_port():
     if "Operation not permitted" in checked.stderr:
         pytest.skip("no user namespaces here: " + checked.stderr.strip())
     assert checked.returncode == 0, checked.stderr
+
+
+def test_the_api_answers_each_router_host_too():
+    result = plan(CONFIG, ADDRESSES, REACHED, SESSIONS, {"router-1": "192.0.2.30", "lab-head": "10.77.0.11"})
+    assert result["api_cidrs"] == ["10.77.0.1/32", "10.77.0.11/32", "192.0.2.30/32", "10.77.0.12/32"]
+    assert result["routers"] == ["10.77.0.11", "192.0.2.30"]
+    assert "the router's (10.77.0.11, 192.0.2.30)" in result["source"]
+    assert "elements = { 10.77.0.1/32, 10.77.0.11/32, 192.0.2.30/32, 10.77.0.12/32 }" in result["nodes"]["lab-head"]["ruleset"]
+
+
+@pytest.mark.parametrize(("address", "message"), [
+    ("", "the router host router-1: its address could not be resolved (set its ansible_host"),
+    ("router.example", "the router host router-1: 'router.example' is not an IP address"),
+])
+def test_a_router_host_without_an_address_is_refused(address, message):
+    with pytest.raises(FirewallError, match=re_escape(message)):
+        plan(CONFIG, ADDRESSES, REACHED, SESSIONS, {"router-1": address})

@@ -1,0 +1,84 @@
+# Copyright: Contributors to the dgxspark.vllm collection
+# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
+"""The router scenario's load: completions through the router at a fixed rate, each request's start, end and status.
+
+    router_load.py load URL MODEL RATE SECONDS OUT.jsonl     (the router's key in the environment: ROUTER_KEY)
+    router_load.py judge OUT.jsonl DRAIN_STARTED READY_AT    (epoch seconds) -> one JSON line
+
+A request is started every 1/RATE seconds in its own thread, whatever the earlier ones do (a fixed rate, as
+``vllm bench serve --request-rate`` without its Poisson spread); each finished request is appended to OUT.jsonl
+as one line at once, so a watcher sees the load's progress. The judge splits the requests by their start: before
+the drain (they ran or were running when it began: each must succeed), between the drain and the cluster's return
+(refused by the router, counted), after it (each must succeed). Standard library only.
+"""
+from __future__ import annotations
+
+import json
+import os
+import sys
+import threading
+import time
+import urllib.error
+import urllib.request
+
+
+def load(url: str, model: str, rate: float, seconds: float, out: str) -> int:
+    key = os.environ["ROUTER_KEY"]
+    lock = threading.Lock()
+    body = json.dumps({"model": model, "prompt": "The router sends this to a cluster", "max_tokens": 16,
+                       "temperature": 0}).encode()
+
+    def one(index: int) -> None:
+        request = urllib.request.Request(url + "/v1/completions", data=body, method="POST",
+                                         headers={"Content-Type": "application/json", "Authorization": "Bearer " + key})
+        start, status, error = time.time(), -1, ""
+        try:
+            with urllib.request.urlopen(request, timeout=120) as answer:
+                json.load(answer)
+                status = answer.status
+        except urllib.error.HTTPError as exc:
+            status, error = exc.code, exc.read().decode("utf-8", "replace")[:200]
+        except (OSError, ValueError) as exc:
+            error = str(exc)[:200]
+        line = json.dumps({"i": index, "start": start, "end": time.time(), "status": status, "error": error})
+        with lock, open(out, "a", encoding="utf-8") as handle:
+            handle.write(line + "\n")
+
+    threads = []
+    begin = time.monotonic()
+    index = 0
+    while time.monotonic() - begin < seconds:
+        thread = threading.Thread(target=one, args=(index,))
+        thread.start()
+        threads.append(thread)
+        index += 1
+        time.sleep(max(0.0, begin + index / rate - time.monotonic()))
+    for thread in threads:
+        thread.join()
+    return 0
+
+
+def judge(path: str, drain_started: float, ready_at: float) -> dict:
+    rows = [json.loads(line) for line in open(path, encoding="utf-8") if line.strip()]
+    before = [r for r in rows if r["start"] < drain_started]
+    during = [r for r in rows if drain_started <= r["start"] < ready_at]
+    after = [r for r in rows if r["start"] >= ready_at]
+    running = [r for r in before if r["end"] > drain_started]
+    failed = [r for r in rows if r["status"] != 200]
+    refused = [r for r in during if r["status"] != 200]
+    return {
+        "sent": len(rows), "failed": len(failed),
+        "before_drain": len(before), "running_at_drain": len(running),
+        "failed_before_drain": sum(r["status"] != 200 for r in before),
+        "during_drain": len(during), "refused_during_drain": len(refused),
+        "refused_statuses": sorted({r["status"] for r in refused}),
+        "refusal_seconds_max": round(max((r["end"] - r["start"] for r in refused), default=0.0), 3),
+        "after_ready": len(after), "failed_after_ready": sum(r["status"] != 200 for r in after),
+        "errors": sorted({r["error"][:120] for r in failed if r["status"] not in (503,)})[:3],
+    }
+
+
+if __name__ == "__main__":
+    if sys.argv[1] == "load":
+        sys.exit(load(sys.argv[2], sys.argv[3], float(sys.argv[4]), float(sys.argv[5]), sys.argv[6]))
+    print(json.dumps(judge(sys.argv[2], float(sys.argv[3]), float(sys.argv[4]))))
