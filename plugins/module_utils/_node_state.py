@@ -12,11 +12,12 @@ from __future__ import annotations
 import ipaddress
 import json
 import posixpath
-import re
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from ansible_collections.dgxspark.vllm.plugins.module_utils._firewall import table_state
+from ansible_collections.dgxspark.vllm.plugins.module_utils._manifest import STAMP_NAME
+from ansible_collections.dgxspark.vllm.plugins.module_utils._pins import is_commit
 
 CONFIG_HASH_LABEL = "dgxspark.vllm.config_hash"
 GPU_QUERY = ["--query-gpu=name,driver_version,memory.total", "--format=csv,noheader"]
@@ -126,10 +127,6 @@ def parse_stamp(text: str | None, path: str) -> dict[str, Any] | None:
     return data
 
 
-COMMIT_RE = re.compile(r"^[0-9a-f]{40}$")
-STAMP_NAME = ".dgxspark-stamp.json"
-
-
 def hf_staged(hub_dir: str, repos: Sequence[Mapping[str, Any]], read_text: Callable[[str], str | None],
               exists: Callable[[str], bool]) -> list[dict[str, Any]]:
     """Which commit of each repository (``{repo, revision}``; an empty repo is skipped) the hub cache under
@@ -142,11 +139,11 @@ def hf_staged(hub_dir: str, repos: Sequence[Mapping[str, Any]], read_text: Calla
         if not repo:
             continue
         folder = posixpath.join(hub_dir, "models--" + repo.replace("/", "--"))
-        if COMMIT_RE.match(revision):
+        if is_commit(revision):
             commit: str | None = revision
         else:
             text = read_text(posixpath.join(folder, "refs", revision))
-            commit = text.strip() if text and COMMIT_RE.match(text.strip()) else None
+            commit = text.strip() if text and is_commit(text.strip()) else None
         stamp = posixpath.join(folder, "snapshots", commit, STAMP_NAME) if commit else None
         found.append({"repo": repo, "revision": revision, "commit": commit,
                       "staged": bool(stamp) and exists(stamp), "stamp_path": stamp})
