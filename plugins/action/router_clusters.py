@@ -11,16 +11,13 @@ from __future__ import annotations
 
 from typing import Any
 
-from ansible_collections.dgxspark.vllm.plugins.module_utils._config import FACT
 from ansible_collections.dgxspark.vllm.plugins.module_utils._profiles import plain
-from ansible_collections.dgxspark.vllm.plugins.module_utils._router import CLUSTERS_ARGUMENT_SPEC, url_host
-from ansible_collections.dgxspark.vllm.plugins.plugin_utils._cluster_resolve import inventory_clusters, resolve_cluster
+from ansible_collections.dgxspark.vllm.plugins.module_utils._router import CLUSTERS_ARGUMENT_SPEC, SINGLE_CLUSTER, url_host
+from ansible_collections.dgxspark.vllm.plugins.plugin_utils._cluster_resolve import inventory_configs
 from ansible_collections.dgxspark.vllm.plugins.plugin_utils._controller_action import (
     ControllerAction,
     ControllerTaskError,
 )
-
-SINGLE = "spark_cluster"   # the name of the one cluster of an inventory that names none
 
 
 class ActionModule(ControllerAction):
@@ -33,10 +30,8 @@ class ActionModule(ControllerAction):
         keys: dict[str, str] = {}
         host_ports: dict[str, int] = {}
         routers = list(task_vars.get("ansible_play_hosts_all", []))
-        for name, hosts in inventory_clusters(task_vars, params["head_group"], params["workers_group"]):
-            config = resolve_cluster(self._templar, task_vars, params["head_group"], params["workers_group"],
-                                     hosts)["ansible_facts"][FACT]
-            label = name or SINGLE
+        for name, config in inventory_configs(self._templar, task_vars, params["head_group"], params["workers_group"]):
+            label = name or SINGLE_CLUSTER
             head = config["head"]
             try:
                 address = str(plain(hostvars[head].get("ansible_host") or head))

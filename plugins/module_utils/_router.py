@@ -35,6 +35,9 @@ _KEY = re.compile(r"^[A-Za-z0-9._~+/=-]{8,512}$")
 _MODEL = re.compile(r"^[\x21-\x7e]{1,256}$")   # printable, no space: a map key and a JSON string
 _HOST = re.compile(r"^[A-Za-z0-9_.:-]{1,253}$")
 
+SINGLE_CLUSTER = "spark_cluster"
+"""The name of the one cluster of an inventory that names none (its group)."""
+
 CLUSTERS_ARGUMENT_SPEC: dict = {
     "head_group": {"type": "str", "default": "spark_head"},
     "workers_group": {"type": "str", "default": "spark_workers"},

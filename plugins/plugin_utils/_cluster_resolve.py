@@ -167,3 +167,11 @@ def resolve_cluster(templar: Any, task_vars: dict[str, Any], head_group: str, wo
     if config["unpinned"]:   # dgxspark_vllm_require_pins: true makes them problems above
         result["warnings"] = list(config["unpinned"])
     return result
+
+
+def inventory_configs(templar: Any, task_vars: dict[str, Any], head_group: str,
+                      workers_group: str) -> list[tuple[str, dict[str, Any]]]:
+    """Every cluster of the inventory as (its group's name, or "" for the one cluster of an inventory that names none;
+    its resolved configuration), each resolved and checked as its own runs do (ControllerTaskError otherwise)."""
+    return [(name, resolve_cluster(templar, task_vars, head_group, workers_group, hosts)["ansible_facts"][FACT])
+            for name, hosts in inventory_clusters(task_vars, head_group, workers_group)]

@@ -4,12 +4,16 @@
 
     router_load.py load URL MODEL RATE SECONDS OUT.jsonl     (the router's key in the environment: ROUTER_KEY)
     router_load.py judge OUT.jsonl DRAIN_STARTED READY_AT    (epoch seconds) -> one JSON line
+    router_load.py phases OUT.jsonl NAME=START:END ...       (epoch seconds) -> one JSON line
+
+SECONDS 0 runs until the file OUT.jsonl.stop exists (at most an hour).
 
 A request is started every 1/RATE seconds in its own thread, whatever the earlier ones do (a fixed rate, as
 ``vllm bench serve --request-rate`` without its Poisson spread); each finished request is appended to OUT.jsonl
 as one line at once, so a watcher sees the load's progress. The judge splits the requests by their start: before
 the drain (they ran or were running when it began: each must succeed), between the drain and the cluster's return
-(refused by the router, counted), after it (each must succeed). Standard library only.
+(refused by the router, counted), after it (each must succeed). ``phases`` gives per named span of starts the requests
+sent and failed, each failed one's start and end, and the p50 and p99 latency of those answered. Standard library only.
 """
 from __future__ import annotations
 
@@ -47,7 +51,9 @@ def load(url: str, model: str, rate: float, seconds: float, out: str) -> int:
     threads = []
     begin = time.monotonic()
     index = 0
-    while time.monotonic() - begin < seconds:
+    stop = out + ".stop"
+    limit = seconds if seconds > 0 else 3600.0
+    while time.monotonic() - begin < limit and not (seconds <= 0 and os.path.exists(stop)):
         thread = threading.Thread(target=one, args=(index,))
         thread.start()
         threads.append(thread)
@@ -78,7 +84,33 @@ def judge(path: str, drain_started: float, ready_at: float) -> dict:
     }
 
 
+def _percentile(values: list[float], share: float) -> float | None:
+    if not values:
+        return None
+    ordered = sorted(values)
+    return round(ordered[min(len(ordered) - 1, max(0, int(round(share * len(ordered))) - 1))] * 1000, 1)
+
+
+def phases(path: str, spans: list[str]) -> dict:
+    rows = [json.loads(line) for line in open(path, encoding="utf-8") if line.strip()]
+    out = {}
+    for span in spans:
+        name, _, bounds = span.partition("=")
+        start, _, end = bounds.partition(":")
+        inside = [r for r in rows if float(start) <= r["start"] < float(end)]
+        answered = [r["end"] - r["start"] for r in inside if r["status"] == 200]
+        failed = [r for r in inside if r["status"] != 200]
+        out[name] = {"sent": len(inside), "failed": len(failed), "p50_ms": _percentile(answered, 0.50),
+                     "p99_ms": _percentile(answered, 0.99),
+                     "failures": [{"start": r["start"], "end": r["end"], "status": r["status"], "error": r["error"][:80]}
+                                  for r in failed][:20]}
+    return out
+
+
 if __name__ == "__main__":
+    if sys.argv[1] == "phases":
+        print(json.dumps(phases(sys.argv[2], sys.argv[3:])))
+        sys.exit(0)
     if sys.argv[1] == "load":
         sys.exit(load(sys.argv[2], sys.argv[3], float(sys.argv[4]), float(sys.argv[5]), sys.argv[6]))
     print(json.dumps(judge(sys.argv[2], float(sys.argv[3]), float(sys.argv[4]))))
