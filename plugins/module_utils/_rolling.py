@@ -246,4 +246,3 @@ def plan(clusters: Sequence[Mapping[str, Any]], routers: Sequence[Mapping[str, A
                f"changed by {params['playbook']} --limit <cluster>, verified, then put back"]
     return {"steps": steps, "routers": [dict(r) for r in routers], "drain_timeout": drain, "summary": summary,
             "changed_names": names}
-

@@ -95,8 +95,8 @@ def phases(path: str, spans: list[str]) -> dict:
     rows = [json.loads(line) for line in open(path, encoding="utf-8") if line.strip()]
     out = {}
     for span in spans:
-        name, _, bounds = span.partition("=")
-        start, _, end = bounds.partition(":")
+        name, bounds = span.split("=", 1)
+        start, end = bounds.split(":", 1)
         inside = [r for r in rows if float(start) <= r["start"] < float(end)]
         answered = [r["end"] - r["start"] for r in inside if r["status"] == 200]
         failed = [r for r in inside if r["status"] != 200]

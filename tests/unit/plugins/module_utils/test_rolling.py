@@ -92,8 +92,8 @@ def test_one_model_name_with_two_settings_is_refused_naming_each_value() -> None
 def test_a_cluster_alone_with_its_model_is_refused_unless_downtime_is_allowed() -> None:
     clusters = [cluster("pair_a"), cluster("pair_b", model="qwen")]
     found = problems(clusters)
-    assert [p.split(":")[0] for p in found] == ["pair_a is the only cluster serving glm",
-                                                 "pair_b is the only cluster serving qwen"]
+    expected = ["pair_a is the only cluster serving glm", "pair_b is the only cluster serving qwen"]
+    assert [p.split(":")[0] for p in found] == expected
     assert "rolling_allow_downtime: true" in found[0]
     assert rl.plan(clusters, ROUTERS, {**PARAMS, "allow_downtime": True}, {}, [], "ap")["changed_names"] == [
         "pair_a", "pair_b"]
