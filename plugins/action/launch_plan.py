@@ -8,10 +8,11 @@ touches a node.
 """
 from __future__ import annotations
 
+import json
 import time
 from typing import Any
 
-from ansible_collections.dgxspark.vllm.plugins.module_utils._kv_calibration import CalibrationError, dump_cache, load_cache
+from ansible_collections.dgxspark.vllm.plugins.module_utils._kv_calibration import CalibrationError, dump_cache, load_cache, merge
 from ansible_collections.dgxspark.vllm.plugins.module_utils._kv_calibration_task import (
     missing_directory,
     read_text,
@@ -64,15 +65,33 @@ class ActionModule(ControllerAction):
                 text = read_text(path) if c["enabled"] and path else None
             except OSError as exc:
                 raise ControllerTaskError(f"cannot read the KV calibration file {path}: {exc}") from exc
+            head, merged = c.get("head_record"), False
             try:
                 cache = load_cache(text, path or "the KV record")
+                theirs = None
+                if c["enabled"] and head is not None:
+                    theirs = (load_cache(head if isinstance(head, str) else json.dumps(head), c["head_path"])
+                              if head else load_cache(None))
+                    joined = merge(cache, theirs)
+                    if joined != cache:   # the head knows entries this controller does not: keep them here too
+                        if not check_mode and path:
+                            try:
+                                write_text(path, dump_cache(joined))
+                            except OSError as exc:
+                                raise ControllerTaskError(
+                                    f"cannot write the KV calibration file {path}: {exc}") from exc
+                        cache, merged = joined, True
                 result = plan(config, nodes, render, cache, calibration, plain(params["previous"]),
                               plain(params["observed"]), plain(params["metrics"]), params["diagnosis_lines"],
                               time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()))
             except (SpecError, CalibrationError, PlanError) as exc:
                 raise ControllerTaskError(f"the launch cannot be planned: {exc}") from exc
             out = result.as_result()
-            out["changed"] = False
+            out["changed"] = merged
+            out["kv_record"] = None
+            if theirs is not None:
+                final = result.cache if result.cache is not None else cache
+                out["kv_record"] = {"text": dump_cache(final), "head_differs": merge(theirs, final) != theirs}
             if result.cache is not None and path:
                 out["changed"] = True
                 if not check_mode:

@@ -19,6 +19,7 @@ from typing import Any
 
 from ansible_collections.dgxspark.vllm.plugins.module_utils import _checkpoint_store
 from ansible_collections.dgxspark.vllm.plugins.module_utils import _kit
+from ansible_collections.dgxspark.vllm.plugins.module_utils import _kv_calibration
 from ansible_collections.dgxspark.vllm.plugins.module_utils import _manifest
 from ansible_collections.dgxspark.vllm.plugins.module_utils import _pins
 from ansible_collections.dgxspark.vllm.plugins.module_utils import _placeholders
@@ -611,6 +612,8 @@ def resolve(inputs: Inputs) -> dict[str, Any]:
         "image_record_path": _pins.RECORD_PATH,
         # the cluster's release history on the head (root-only; verify records the known-good release there)
         "release_history_path": _release.HISTORY_PATH,
+        # the cluster's copy of the KV record on the head (root-only; the launch reads it and writes it back)
+        "kv_record_path": _kv_calibration.HEAD_PATH,
         "unpinned": unpinned,
         "settings": {key: value for key, value in render_settings.items() if value is not None},
         "cluster": inputs.cluster,

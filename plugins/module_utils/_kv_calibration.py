@@ -42,6 +42,10 @@ from ansible_collections.dgxspark.vllm.plugins.module_utils._vllm_log import (
 CACHE_FORMAT = 1
 """Version of the cache file layout; a file of another version is refused, never rewritten."""
 
+HEAD_PATH = "/var/lib/dgxspark/kv-calibration.json"
+"""The cluster's own copy of the record, on its head (root-only): a run from another controller (a second checkout,
+an AWX job whose execution environment is thrown away) finds the measured budgets there."""
+
 KEY_FLAGS: tuple[str, ...] = (
     "--max-model-len",
     "--gpu-memory-utilization",
@@ -222,6 +226,20 @@ def record(cache: Mapping[str, Any], key: str, parts: Mapping[str, Any], values:
     entry["recorded_at"] = recorded_at
     entries[key] = entry
     return updated
+
+
+def merge(mine: Mapping[str, Any], theirs: Mapping[str, Any]) -> dict[str, Any]:
+    """Both records' entries: an entry in one only is kept; of an entry in both, the one recorded later (ties keep
+    ``mine``). Neither input is changed."""
+    merged = copy.deepcopy(dict(mine))
+    entries = merged.setdefault("entries", {})
+    for key, entry in (theirs.get("entries") or {}).items():
+        if not isinstance(entry, Mapping):
+            continue
+        current = entries.get(key)
+        if not isinstance(current, Mapping) or str(entry.get("recorded_at") or "") > str(current.get("recorded_at") or ""):
+            entries[key] = copy.deepcopy(dict(entry))
+    return merged
 
 
 def same_values(entry: Mapping[str, Any] | None, values: Mapping[str, Any]) -> bool:

@@ -74,6 +74,8 @@ ARGUMENT_SPEC: dict[str, Any] = dict(
         margin_bytes=dict(type="int", default=0),
         default_block_size=dict(type="int", default=16),
         accept_estimated_max_model_len=dict(type="bool", default=False),
+        head_record=dict(type="raw"),
+        head_path=dict(type="str", default="the head's KV record"),
     )),
     previous=dict(type="dict"),
     observed=dict(type="dict"),

@@ -78,6 +78,16 @@ options:
         description: Start with the engine's estimated max-model-len (rounded down to the block size) instead of failing.
         type: bool
         default: false
+      head_record:
+        description:
+          - The cluster's copy of the KV record as read on its head (its text, or null when it has none). Its entries
+            join the controller's record (of an entry in both, the one recorded later), which is written with them;
+            RV(kv_record) then says whether the head's copy must be written.
+        type: raw
+      head_path:
+        description: Where O(calibration.head_record) was read, for messages.
+        type: str
+        default: the head's KV record
   previous:
     description: The last call's RV(state); omitted on the first call of a launch.
     type: dict
@@ -135,6 +145,12 @@ attempt:
   description: How many starts this launch has planned so far (0 when nothing starts).
   returned: success
   type: int
+kv_record:
+  description:
+    - The KV record after this call (C(text), JSON) and whether the head's copy lacks any of it (C(head_differs)); null
+      when O(calibration.head_record) was not given or calibration is off.
+  returned: success
+  type: dict
 kv:
   description: The KV budget (C(bytes)), its C(source) (inventory, off, cache, calibrate, calibrated), C(key) and C(text).
   returned: success

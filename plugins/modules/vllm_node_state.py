@@ -57,6 +57,10 @@ options:
   lock_path:
     description: The staging lock; RV(staging_lock) says whether it exists when given.
     type: path
+  kv_record_path:
+    description: The cluster's copy of the KV record on the head (C(/var/lib/dgxspark/kv-calibration.json),
+      root-only); returned as RV(kv_record) when given.
+    type: path
   hf_staged:
     description:
       - Repositories staged in the hub cache layout (the EXL3 kit's checkpoint and drafter) to read, returned as
@@ -228,6 +232,10 @@ hf_staged:
   elements: dict
   sample: [{repo: brandonmusic/GLM-5.3-Flash-tr3-4bpw, revision: main, commit: 5d3f..., staged: true,
             stamp_path: /root/.cache/huggingface/hub/models--brandonmusic--GLM-5.3-Flash-tr3-4bpw/snapshots/5d3f.../.dgxspark-stamp.json}]
+kv_record:
+  description: The text of O(kv_record_path) (at most 4 MiB); null when it is not given, absent or unreadable.
+  returned: always
+  type: str
 staging_lock:
   description: Whether O(lock_path) exists; null when not given.
   returned: always
@@ -276,11 +284,11 @@ from ansible_collections.dgxspark.vllm.plugins.module_utils._rdma import RdmaErr
 from ansible_collections.dgxspark.vllm.plugins.module_utils._safe_paths import folder_problems
 
 
-def _read_text(path: str):
+def _read_text(path: str, limit: int = 65536):
     """A small file's text, None when it is absent or unreadable (a record the launch can do without)."""
     try:
         with open(path, encoding="utf-8") as handle:
-            return handle.read(65536)
+            return handle.read(limit)
     except (OSError, UnicodeDecodeError):
         return None
 
@@ -324,6 +332,7 @@ def main() -> None:
             "image_record_path": {"type": "path"},
             "stamp_path": {"type": "path"},
             "lock_path": {"type": "path"},
+            "kv_record_path": {"type": "path"},
             "hf_staged": {"type": "dict", "options": {
                 "hub_dir": {"type": "path", "required": True},
                 "repos": {"type": "list", "elements": "dict", "required": True},
@@ -392,8 +401,9 @@ def main() -> None:
     folders = None
     if p["trusted_folders"] is not None:
         folders = folder_problems({str(k): str(v or "") for k, v in p["trusted_folders"].items()}, {0, os.geteuid()})
-    module.exit_json(changed=False, cx7_iface=cx7_iface, rdma=rdma, api=api, folders=folders, hf_staged=staged, **state,
-                     **described)
+    kv_record = _read_text(p["kv_record_path"], 4 << 20) if p["kv_record_path"] else None
+    module.exit_json(changed=False, cx7_iface=cx7_iface, rdma=rdma, api=api, folders=folders, hf_staged=staged,
+                     kv_record=kv_record, **state, **described)
 
 
 if __name__ == "__main__":

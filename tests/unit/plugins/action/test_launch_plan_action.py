@@ -172,3 +172,61 @@ def test_the_module_itself_refuses_to_run_on_a_node() -> None:
     with pytest.raises(ModuleFail) as info:
         run_module(launch_plan.main, {"config": {}, "nodes": {}})
     assert "runs on the controller through its action plugin" in info.value.result["msg"]
+
+
+def test_a_second_controller_finds_the_budget_in_the_heads_copy_and_keeps_it(tmp_path: Path) -> None:
+    """The first controller calibrates; its record goes to the head. A second controller (an empty record of its
+    own) finds the budget there: the group running it starts nothing, and its own record gets the head's entries."""
+    first_path = tmp_path / "first" / "kv.json"
+    first_path.parent.mkdir()
+    first = _action(_args(first_path, calibration={"head_record": ""}))
+    assert first["kv_record"] == {"text": dump_cache({"format": 1, "entries": {}}), "head_differs": False}
+    calibrated = _action(_after(first, first_path, good_start(*AUTO), calibration={"head_record": ""}))
+    assert calibrated["kv_record"]["head_differs"] is True            # the head must be written: the launch does it
+    head_text = calibrated["kv_record"]["text"]
+    assert load_cache(head_text)["entries"] == _record(first_path)["entries"]
+    second_path = tmp_path / "second" / "kv.json"
+    second_path.parent.mkdir()
+    again = _action(_args(second_path, nodes=running(calibrated["specs"]), calibration={"head_record": head_text}))
+    assert (again["step"], again["kv"]["source"], again["kv"]["bytes"]) == ("nothing", "cache", BUDGET)
+    assert again["changed"] is True and _record(second_path) == load_cache(head_text)
+    assert again["kv_record"]["head_differs"] is False
+    # without the head's copy the second controller would calibrate again (a restart of the serving group)
+    third_path = tmp_path / "third" / "kv.json"
+    third_path.parent.mkdir()
+    alone = _action(_args(third_path, nodes=running(calibrated["specs"]), calibration={"head_record": ""}))
+    assert alone["step"] == "calibrate"
+
+
+def test_of_an_entry_in_both_copies_the_later_one_wins_and_the_head_learns_the_controllers(tmp_path: Path) -> None:
+    path = tmp_path / "kv.json"
+    key_a, key_b = "a" * 20, "b" * 20
+    mine = {"format": 1, "entries": {key_a: {"kv_cache_memory_bytes": 1, "recorded_at": "2026-12-01T00:00:00Z"},
+                                     key_b: {"kv_cache_memory_bytes": 2, "recorded_at": "2026-12-03T00:00:00Z"}}}
+    head = {"format": 1, "entries": {key_a: {"kv_cache_memory_bytes": 3, "recorded_at": "2026-12-02T00:00:00Z"}}}
+    path.write_text(dump_cache(mine), encoding="utf-8")
+    result = _action(_args(path, calibration={"head_record": dump_cache(head)}))
+    entries = _record(path)["entries"]
+    assert (entries[key_a]["kv_cache_memory_bytes"], entries[key_b]["kv_cache_memory_bytes"]) == (3, 2)
+    assert result["kv_record"]["head_differs"] is True                 # key_b is not on the head yet
+    checked = _action(_args(path, calibration={"head_record": dump_cache(head)}), check_mode=True)
+    assert checked["kv_record"]["head_differs"] is True
+
+
+def test_a_bad_head_copy_fails_naming_it_and_nothing_is_written(tmp_path: Path) -> None:
+    path = tmp_path / "kv.json"
+    result = _action(_args(path, calibration={"head_record": "{not json", "head_path": "spark-a:/var/lib/x.json"}))
+    assert result["failed"] is True
+    assert "spark-a:/var/lib/x.json is not valid JSON" in result["msg"]
+    assert not path.exists()
+
+
+def test_in_check_mode_the_heads_entries_are_used_but_not_written(tmp_path: Path) -> None:
+    path = tmp_path / "kv.json"
+    first = _action(_args(tmp_path / "calibrating.json"))
+    calibrated = _action(_after(first, tmp_path / "calibrating.json", good_start(*AUTO)))
+    head_text = (tmp_path / "calibrating.json").read_text(encoding="utf-8")
+    result = _action(_args(path, nodes=running(calibrated["specs"]), calibration={"head_record": head_text}),
+                     check_mode=True)
+    assert (result["step"], result["kv"]["source"]) == ("nothing", "cache")
+    assert not path.exists()

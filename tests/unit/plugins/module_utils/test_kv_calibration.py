@@ -314,3 +314,17 @@ def test_four_nodes_the_smallest_of_every_rank_counts_and_a_silent_rank_is_named
     reports["spark-c"] = {"phase": "weights_loaded", "suggestions": [], "engine_error": None}
     with pytest.raises(CalibrationError, match=r"spark-c \(phase weights_loaded"):
         choose(reports)
+
+
+def test_merge_keeps_every_entry_and_the_later_of_two() -> None:
+    from ansible_collections.dgxspark.vllm.plugins.module_utils._kv_calibration import merge
+    mine = {"format": 1, "entries": {"a": {"v": 1, "recorded_at": "2026-12-02T00:00:00Z"},
+                                     "b": {"v": 2, "recorded_at": "2026-12-01T00:00:00Z"}}}
+    theirs = {"format": 1, "entries": {"a": {"v": 3, "recorded_at": "2026-12-01T00:00:00Z"},
+                                       "b": {"v": 4, "recorded_at": "2026-12-02T00:00:00Z"},
+                                       "c": {"v": 5, "recorded_at": "2026-12-01T00:00:00Z"}, "bad": "x"}}
+    merged = merge(mine, theirs)
+    assert {key: entry["v"] for key, entry in merged["entries"].items()} == {"a": 1, "b": 4, "c": 5}
+    assert mine["entries"]["b"]["v"] == 2 and "c" not in mine["entries"]   # the inputs are left as they were
+    same = {"format": 1, "entries": {"a": {"v": 9, "recorded_at": "2026-12-02T00:00:00Z"}}}
+    assert merge(mine, same)["entries"]["a"]["v"] == 1                       # a tie keeps mine
