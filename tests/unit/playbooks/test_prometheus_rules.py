@@ -83,7 +83,7 @@ def test_the_router_rules_fire_on_what_haproxy_exposes(tmp_path: Path) -> None:
     drained cluster whose API fails is down, the one in maintenance is not; the model whose only cluster is in
     maintenance is refused, the model still served is not."""
     samples = captured()
-    assert {name for name, _, _ in samples} == {"haproxy_server_status", "haproxy_backend_status"}
+    assert {sample[0] for sample in samples} == {"haproxy_server_status", "haproxy_backend_status"}
     series = []
     for name, labels, value in samples:
         text = ",".join(f'{key}="{val}"' for key, val in {**labels, **ROUTER_TARGET}.items())
@@ -108,7 +108,7 @@ def test_the_router_rules_fire_on_what_haproxy_exposes(tmp_path: Path) -> None:
 
 def test_the_promtool_tests_use_the_exporters_label_sets() -> None:
     """The hand-written router tests' series carry the labels the exporter gives (plus the job's target labels)."""
-    exposed = {(name, frozenset(labels)) for name, labels, _ in captured()}
+    exposed = {(name, frozenset(labels)) for name, labels, _value in captured()}
     cases = yaml.safe_load((TESTS / "dgxspark-vllm-router-alerts.test.yml").read_text(encoding="utf-8"))["tests"]
     used = set()
     for case in cases:

@@ -303,7 +303,7 @@ def test_the_router_file_is_the_same_from_every_clusters_run(tmp_path: Path) -> 
     ({"router-1": {"router_metrics_port": 9600}}, 9600, "9600"),
 ])
 def test_the_router_port_is_the_router_roles(tmp_path: Path, routers: dict[str, dict[str, Any]], play_value: Any,
-                                            port: str) -> None:
+                                             port: str) -> None:
     context = play_context(tmp_path, "", routers=routers)
     assert router_port(context, play_value) == port
     context["router_metrics_scrape_port"] = router_port(context, play_value)
