@@ -93,20 +93,13 @@ problems:
   sample: ["dgxspark_vllm_node_rank (on spark-a) is not a variable of dgxspark.vllm and would be ignored: ..."]
 """
 
-from ansible.module_utils.basic import AnsibleModule
+from ansible_collections.dgxspark.vllm.plugins.module_utils._controller_only import refuse
 
 
 def main() -> None:
-    module = AnsibleModule(
-        argument_spec=dict(
-            head_group=dict(type="str", default="spark_head"),
-            workers_group=dict(type="str", default="spark_workers"),
-        ),
-        supports_check_mode=True,
-    )
     # The configuration is every host's inventory variables, which only the controller holds.
-    module.fail_json(msg="dgxspark.vllm.cluster_config runs on the controller through its action plugin; "
-                         "call it as a task (not through ansible.builtin.command or a module runner)")
+    refuse("cluster_config", {"head_group": {"type": "str", "default": "spark_head"},
+                              "workers_group": {"type": "str", "default": "spark_workers"}})
 
 
 if __name__ == "__main__":

@@ -220,18 +220,12 @@ problems:
   elements: str
 """
 
-from ansible.module_utils.basic import AnsibleModule
-
+from ansible_collections.dgxspark.vllm.plugins.module_utils._controller_only import refuse
 from ansible_collections.dgxspark.vllm.plugins.module_utils._guard import CONFIG_ARGUMENT_SPEC
 
 
 def main() -> None:
-    module = AnsibleModule(
-        argument_spec=CONFIG_ARGUMENT_SPEC,
-        supports_check_mode=True,
-    )
-    module.fail_json(msg="dgxspark.vllm.guard_config runs on the controller through its action plugin; "
-                         "call it as a task (not through ansible.builtin.command or a module runner)")
+    refuse("guard_config", CONFIG_ARGUMENT_SPEC)
 
 
 if __name__ == "__main__":

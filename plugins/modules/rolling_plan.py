@@ -103,15 +103,12 @@ summary:
   elements: str
 """
 
-from ansible.module_utils.basic import AnsibleModule
-
+from ansible_collections.dgxspark.vllm.plugins.module_utils._controller_only import refuse
 from ansible_collections.dgxspark.vllm.plugins.module_utils._rolling import ARGUMENT_SPEC
 
 
 def main() -> None:
-    module = AnsibleModule(argument_spec=ARGUMENT_SPEC, supports_check_mode=True)
-    module.fail_json(msg="dgxspark.vllm.rolling_plan runs on the controller through its action plugin; "
-                         "call it as a task (not through ansible.builtin.command or a module runner)")
+    refuse("rolling_plan", ARGUMENT_SPEC)
 
 
 if __name__ == "__main__":

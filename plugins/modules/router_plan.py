@@ -161,15 +161,12 @@ summary:
   sample: ["pair_a (192.0.2.10:8000) serves glm-5.3-flash"]
 """
 
-from ansible.module_utils.basic import AnsibleModule
-
+from ansible_collections.dgxspark.vllm.plugins.module_utils._controller_only import refuse
 from ansible_collections.dgxspark.vllm.plugins.module_utils._router import ARGUMENT_SPEC
 
 
 def main() -> None:
-    module = AnsibleModule(argument_spec=ARGUMENT_SPEC, supports_check_mode=True)
-    module.fail_json(msg="dgxspark.vllm.router_plan runs on the controller through its action plugin; "
-                         "call it as a task (not through ansible.builtin.command or a module runner)")
+    refuse("router_plan", ARGUMENT_SPEC)
 
 
 if __name__ == "__main__":
