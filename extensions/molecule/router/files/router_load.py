@@ -2,11 +2,12 @@
 # GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
 """The router scenario's load: completions through the router at a fixed rate, each request's start, end and status.
 
-    router_load.py load URL MODEL RATE SECONDS OUT.jsonl     (the router's key in the environment: ROUTER_KEY)
+    router_load.py load URL MODEL RATE SECONDS OUT.jsonl [MAX_TOKENS]   (the router's key in ROUTER_KEY)
     router_load.py judge OUT.jsonl DRAIN_STARTED READY_AT    (epoch seconds) -> one JSON line
     router_load.py phases OUT.jsonl NAME=START:END ...       (epoch seconds) -> one JSON line
 
-SECONDS 0 runs until the file OUT.jsonl.stop exists (at most an hour).
+SECONDS 0 runs until the file OUT.jsonl.stop exists (at most an hour). MAX_TOKENS (default 16): each request's
+output length, generated whole (ignore_eos), so that a longer one keeps requests running at any moment.
 
 A request is started every 1/RATE seconds in its own thread, whatever the earlier ones do (a fixed rate, as
 ``vllm bench serve --request-rate`` without its Poisson spread); each finished request is appended to OUT.jsonl
@@ -26,11 +27,11 @@ import urllib.error
 import urllib.request
 
 
-def load(url: str, model: str, rate: float, seconds: float, out: str) -> int:
+def load(url: str, model: str, rate: float, seconds: float, out: str, max_tokens: int = 16) -> int:
     key = os.environ["ROUTER_KEY"]
     lock = threading.Lock()
-    body = json.dumps({"model": model, "prompt": "The router sends this to a cluster", "max_tokens": 16,
-                       "temperature": 0}).encode()
+    body = json.dumps({"model": model, "prompt": "The router sends this to a cluster", "max_tokens": max_tokens,
+                       "temperature": 0, "ignore_eos": True}).encode()
 
     def one(index: int) -> None:
         request = urllib.request.Request(url + "/v1/completions", data=body, method="POST",
@@ -112,5 +113,6 @@ if __name__ == "__main__":
         print(json.dumps(phases(sys.argv[2], sys.argv[3:])))
         sys.exit(0)
     if sys.argv[1] == "load":
-        sys.exit(load(sys.argv[2], sys.argv[3], float(sys.argv[4]), float(sys.argv[5]), sys.argv[6]))
+        sys.exit(load(sys.argv[2], sys.argv[3], float(sys.argv[4]), float(sys.argv[5]), sys.argv[6],
+                      int(sys.argv[7]) if len(sys.argv) > 7 else 16))
     print(json.dumps(judge(sys.argv[2], float(sys.argv[3]), float(sys.argv[4]))))
