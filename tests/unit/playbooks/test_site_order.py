@@ -20,3 +20,17 @@ def test_the_steps_run_in_the_recipes_order_with_the_firewall_before_staging() -
     # the router last, over the hosts of spark_router: every cluster must answer it
     assert _imported() == ["preflight.yml", "firewall.yml", "staging.yml", "cache_flush.yml", "launch.yml",
                            "verify.yml", "router.yml"]
+
+
+def test_a_rescue_that_hands_an_upgrades_failure_on_has_no_condition_of_its_block() -> None:
+    """A block's condition applies to its rescue task by task: the rescue sets upgrade_failure, so a block condition
+    on it would skip the rescue's last task (clear_host_errors) and leave the failed nodes out of the rollback."""
+    found = 0
+    for playbook in sorted(SITE.parent.glob("*.yml")):
+        for play in yaml.safe_load(playbook.read_text(encoding="utf-8")) or []:
+            for task in play.get("tasks") or []:
+                rescue = task.get("rescue") or []
+                if any((item.get("ansible.builtin.include_role") or {}).get("tasks_from") == "failure" for item in rescue):
+                    found += 1
+                    assert "when" not in task, f"{playbook.name}: {task['name']}"
+    assert found >= 2   # launch.yml and verify.yml
