@@ -77,13 +77,14 @@ class ActionModule(ControllerAction):
                              "head": head, "port": port, "api_url": f"http://{_router.url_host(address)}:{port}",
                              "identity": identity(config)})
         routers = []
-        config_dir = "/etc/dgxspark/router"
+        # the router role's folder by default (where router_plan's model list goes)
+        default_dir = os.path.dirname(_router.ARGUMENT_SPEC["models_file"]["default"])
         for host in task_vars.get("groups", {}).get(params["router_group"], []):
             router: dict[str, Any] = {"host": host}
             try:
                 for key, name, spec_key in _ROUTER_VARS:
                     router[key] = plain(hostvars[host].get(name, _router.ARGUMENT_SPEC[spec_key]["default"]))
-                config_dir = plain(hostvars[host].get("router_config_dir", config_dir))
+                config_dir = plain(hostvars[host].get("router_config_dir", default_dir))
             except Exception as exc:  # noqa: BLE001 - a templating error names the host
                 raise ControllerTaskError(f"the router host {host}'s settings cannot be templated: {exc}") from exc
             router["map_file"] = f"{config_dir}/models.map"
