@@ -612,6 +612,8 @@ def resolve(inputs: Inputs) -> dict[str, Any]:
         "image_record_path": _pins.RECORD_PATH,
         # the cluster's release history on the head (root-only; verify records the known-good release there)
         "release_history_path": _release.HISTORY_PATH,
+        # verify's reports on the head, beside the history (root-only; each release names its own)
+        "verify_reports_path": _release.REPORTS_PATH,
         # the cluster's copy of the KV record on the head (root-only; the launch reads it and writes it back)
         "kv_record_path": _kv_calibration.HEAD_PATH,
         "unpinned": unpinned,

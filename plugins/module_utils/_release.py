@@ -35,6 +35,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 import shlex
 import stat
 from collections.abc import Collection, Mapping, Sequence
@@ -44,6 +45,9 @@ from ansible_collections.dgxspark.vllm.plugins.module_utils import _pins, _safe_
 
 HISTORY_FORMAT = 1
 HISTORY_PATH = "/var/lib/dgxspark/releases.json"
+# verify's reports on the head, beside the history: the one each recorded release names, and the newest others
+REPORTS_PATH = "/var/lib/dgxspark/verify-reports"
+REPORT_NAME = re.compile(r"^verify-[A-Za-z0-9][A-Za-z0-9._-]*\.json$")
 DEFAULT_KEEP = 10
 ID_LENGTH = 12
 SETTINGS_HASH_LENGTH = 16
@@ -166,8 +170,11 @@ def _model_part(model_repo: str, stamp: Mapping[str, Any] | None, stamp_path: st
 
 def _verify_part(verify: Mapping[str, Any] | None) -> dict[str, Any]:
     verify = verify or {}
-    return {"ok": verify.get("ok") is True, "finished": str(verify.get("finished") or ""),
+    part = {"ok": verify.get("ok") is True, "finished": str(verify.get("finished") or ""),
             "report": str(verify.get("report") or "")}
+    if verify.get("head_report"):
+        part["head_report"] = str(verify["head_report"])   # the report's copy on the head, with the history
+    return part
 
 
 def build_release(*, image: str, image_record: Mapping[str, Any] | None, model_repo: str,
@@ -339,6 +346,39 @@ def record(history: Mapping[str, Any], release: Mapping[str, Any], *, now: str, 
     return out, changed
 
 
+# ------------------------------------------------------------------------------------------ verify reports
+
+
+def check_report_name(name: str) -> str:
+    """A report's file name on the head: ``verify-<stamp>.json``, no folder part. ReleaseError otherwise."""
+    if not REPORT_NAME.match(name or ""):
+        raise ReleaseError(f"report_name {name!r} is not a verify report's file name (verify-<stamp>.json: letters, "
+                           "digits, '.', '_' and '-' only, no folder)")
+    return name
+
+
+def referenced_reports(history: Mapping[str, Any], folder: str) -> set[str]:
+    """The report file names in ``folder`` that a release of the history names as its head report."""
+    names = set()
+    for entry in history.get("releases") or []:
+        path = str((entry.get("verify") or {}).get("head_report") or "")
+        if path and os.path.dirname(path) == folder.rstrip("/"):
+            names.add(os.path.basename(path))
+    return names
+
+
+def reports_to_prune(reports: Mapping[str, float], referenced: Collection[str], keep: int,
+                     current: str = "") -> list[str]:
+    """The reports to remove, oldest first: of ``reports`` (file name: modification time), every one that no release
+    of the history names (``referenced``) and is not the ``current`` run's, beyond the newest ``keep`` of those. Names
+    that are not verify reports are never listed."""
+    if keep < 0:
+        raise ReleaseError(f"keep is {keep}: a count of reports cannot be negative")
+    loose = sorted((name for name in reports if REPORT_NAME.match(name) and name not in referenced
+                    and name != current), key=lambda name: (reports[name], name), reverse=True)
+    return sorted(loose[keep:], key=lambda name: (reports[name], name))
+
+
 # ------------------------------------------------------------------------------------------------- showing
 
 
@@ -473,3 +513,53 @@ def write_file(path: str, text: str, check_mode: bool = False, euid: int | None 
     if os.path.lexists(path):
         _check_file(os.lstat(path), path, me)
     return _secret_file.write_secret(path, text, check_mode=check_mode)
+
+
+def _reports_folder(folder: str, me: int, create: bool) -> None:
+    try:
+        _safe_paths.ensure_folder(folder, _trusted(me), "the verify reports folder",
+                                  "dgxspark_vllm_config.verify_reports_path", create=create)
+    except _safe_paths.UnsafePathError as exc:
+        raise ReleaseError(str(exc)) from None
+
+
+def list_reports(folder: str, euid: int | None = None) -> dict[str, float]:
+    """The verify reports in folder (regular files named verify-*.json: modification time); {} when the folder is
+    missing. The folder is refused as the history's is."""
+    me = os.geteuid() if euid is None else euid
+    if not os.path.lexists(folder):
+        return {}
+    _reports_folder(folder, me, create=False)
+    found = {}
+    with os.scandir(folder) as entries:
+        for entry in entries:
+            if REPORT_NAME.match(entry.name) and entry.is_file(follow_symlinks=False):
+                found[entry.name] = entry.stat(follow_symlinks=False).st_mtime
+    return found
+
+
+def write_report(folder: str, name: str, text: str, check_mode: bool = False, euid: int | None = None) -> str:
+    """Write a verify report as ``folder/name`` (0600, this user's, a new file renamed into place; the folder made
+    0755 when missing); its path."""
+    me = os.geteuid() if euid is None else euid
+    path = os.path.join(folder, check_report_name(name))
+    _reports_folder(folder, me, create=not check_mode)
+    if os.path.lexists(path):
+        _check_file(os.lstat(path), path, me)
+    _secret_file.write_secret(path, text, check_mode=check_mode)
+    return path
+
+
+def remove_reports(folder: str, names: Sequence[str], check_mode: bool = False) -> list[str]:
+    """Remove the named reports from folder (never following a symlink: only verify-*.json names are removed, as
+    the entries they are); the paths removed (or that would be)."""
+    removed = []
+    for name in names:
+        path = os.path.join(folder, check_report_name(name))
+        if not check_mode:
+            try:
+                os.unlink(path)
+            except FileNotFoundError:
+                continue
+        removed.append(path)
+    return removed

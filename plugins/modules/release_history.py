@@ -24,6 +24,10 @@ description:
     thresholds of O(regression) first; a release that regressed is recorded as serving but B(not) known-good (its
     entry keeps the comparison as C(regression)), and RV(regression) says which figures regressed. The module does
     not fail for a regression; the caller does (the verify role fails the play with its C(message)).
+  - V(report) keeps verify's report on the head (O(report) written as O(report_name) in O(reports_path), root-only
+    like the history), so that a second controller or an AWX job finds it; the release recorded next names it as
+    C(verify.head_report). Reports that no release of the history names are pruned beyond the newest
+    O(reports_keep) (the one written is always kept).
   - A part that cannot be known (no image record, no stamp, a record of another image or repository) fails, naming
     it and the staging step that writes it. A history file that is a symlink, not root's, open to group or others,
     in a folder that is not root's alone, not a history, or another named cluster's is refused and left as it is.
@@ -31,9 +35,10 @@ author:
   - dgxspark.vllm contributors (@dgxspark)
 options:
   state:
-    description: V(query) reads; V(known_good) records the serving release as known-good.
+    description: V(query) reads; V(known_good) records the serving release as known-good; V(report) keeps a verify
+      report on the head.
     type: str
-    choices: [query, known_good]
+    choices: [query, known_good, report]
     default: query
   path:
     description: The history file on the head.
@@ -92,6 +97,22 @@ options:
       - Stored in the release's entry; omitted, the entry keeps the baseline it had (records without one stay valid)
         and nothing is compared.
     type: dict
+  report:
+    description: Verify's report (the JSON the verify role writes on the controller). Required with
+      O(state=report).
+    type: dict
+  report_name:
+    description: The report's file name on the head (C(verify-<stamp>.json), the controller copy's name). Required
+      with O(state=report).
+    type: str
+  reports_path:
+    description: The folder of the verify reports on the head (C(dgxspark_vllm_config.verify_reports_path)).
+    type: path
+    default: /var/lib/dgxspark/verify-reports
+  reports_keep:
+    description: How many reports that no release names are kept beside the ones releases name (the newest first).
+    type: int
+    default: 10
   regression:
     description:
       - The regression thresholds, in percent of the last known-good's baseline (C(dgxspark_vllm_config.regression)).
@@ -123,7 +144,8 @@ attributes:
   idempotent:
     support: partial
     details: Recording the release that is already serving and known-good changes nothing that matters (changed is
-      false) but refreshes its verify result and time in the file.
+      false) but refreshes its verify result and time in the file. V(report) writes a new file for each new
+      O(report_name) (changed true).
 """
 
 EXAMPLES = r"""
@@ -140,6 +162,14 @@ EXAMPLES = r"""
     verify: {ok: true, finished: "2026-12-05T05:00:00Z", report: /home/me/dgxspark-vllm/verify/verify-x.json}
     baseline: "{{ verify_benchmark }}"
     regression: "{{ dgxspark_vllm_config.regression }}"
+  delegate_to: "{{ dgxspark_vllm_config.head }}"
+  run_once: true
+
+- name: Keep verify's report on the head beside the history
+  dgxspark.vllm.release_history:
+    state: report
+    report: "{{ verdict.report }}"
+    report_name: verify-20261205T050000Z.json
   delegate_to: "{{ dgxspark_vllm_config.head }}"
   run_once: true
 
@@ -200,12 +230,23 @@ regression:
   type: dict
   sample: {compared: true, regressed: true, against: 3f2a9c1e0b7d, reason: regressed against the last known-good
            release 3f2a9c1e0b7d, figures: [], message: "release 9a... regressed against ..."}
+report_path:
+  description: The report's path on the head.
+  returned: state is report
+  type: str
+  sample: /var/lib/dgxspark/verify-reports/verify-20261205T050000Z.json
+pruned:
+  description: The reports removed (or that would be, in check mode), oldest first.
+  returned: state is report
+  type: list
+  elements: str
 msg:
   description: What was done (or would be, in check mode).
   returned: always
   type: str
 """
 
+import json
 import time
 
 from ansible.module_utils.basic import AnsibleModule
@@ -228,10 +269,27 @@ def _view(history: dict, path: str, **extra: object) -> dict:
                 summary=rel.summary(history), **extra)
 
 
+def _keep_report(module: AnsibleModule, history: dict, path: str) -> None:
+    p = module.params
+    folder = p["reports_path"].rstrip("/") or "/"
+    name = rel.check_report_name(p["report_name"])
+    found = rel.list_reports(folder)
+    report_path = rel.write_report(folder, name, json.dumps(p["report"], indent=1, sort_keys=True) + "\n",
+                                   check_mode=module.check_mode)
+    prune = rel.reports_to_prune(found, rel.referenced_reports(history, folder), p["reports_keep"], current=name)
+    pruned = rel.remove_reports(folder, prune, check_mode=module.check_mode)
+    verb = "would keep" if module.check_mode else "kept"
+    module.exit_json(changed=True, report_path=report_path, pruned=pruned,
+                     msg=f"{verb} the verify report as {report_path}"
+                         + (f"; {'would prune' if module.check_mode else 'pruned'} {len(pruned)} older report(s) no "
+                            "release names" if pruned else ""),
+                     **_view(history, path))
+
+
 def main() -> None:
     module = AnsibleModule(
         argument_spec=dict(
-            state=dict(type="str", choices=["query", "known_good"], default="query"),
+            state=dict(type="str", choices=["query", "known_good", "report"], default="query"),
             path=dict(type="path", default=rel.HISTORY_PATH),
             cluster=dict(type="str", default=""),
             keep=dict(type="int", default=rel.DEFAULT_KEEP),
@@ -246,6 +304,10 @@ def main() -> None:
             kv_cache_memory_bytes=dict(type="raw"),
             verify=dict(type="dict"),
             baseline=dict(type="dict"),
+            report=dict(type="dict"),
+            report_name=dict(type="str"),
+            reports_path=dict(type="path", default=rel.REPORTS_PATH),
+            reports_keep=dict(type="int", default=rel.DEFAULT_KEEP),
             regression=dict(type="dict", options=dict(
                 decode_drop_percent=dict(type="float", default=reg.DEFAULT_THRESHOLDS["decode_drop_percent"]),
                 ttft_rise_percent=dict(type="float", default=reg.DEFAULT_THRESHOLDS["ttft_rise_percent"]),
@@ -253,7 +315,8 @@ def main() -> None:
                                              default=reg.DEFAULT_THRESHOLDS["throughput_drop_percent"]),
             )),
         ),
-        required_if=[("state", "known_good", ("image", "model_repo", "stamp_path", "profile", "settings", "verify"))],
+        required_if=[("state", "known_good", ("image", "model_repo", "stamp_path", "profile", "settings", "verify")),
+                     ("state", "report", ("report", "report_name"))],
         supports_check_mode=True,
     )
     p = module.params
@@ -263,6 +326,8 @@ def main() -> None:
         rel.check_cluster(history, p["cluster"], path)
         if p["state"] == "query":
             module.exit_json(changed=False, msg=f"read {path}", **_view(history, path))
+        if p["state"] == "report":
+            _keep_report(module, history, path)
         if p["keep"] < 1:
             raise rel.ReleaseError(f"keep is {p['keep']}: the history keeps at least the serving release")
         if (p["verify"] or {}).get("ok") is not True:

@@ -258,3 +258,30 @@ def test_a_foreign_owned_file_or_folder_is_refused(tmp_path):
     folder.chmod(0o777)
     with pytest.raises(rel.ReleaseError, match="refusing the release history folder"):
         rel.write_file(str(folder / "releases.json"), "{}")
+
+
+@pytest.mark.parametrize("reports, referenced, keep, current, expected", [
+    ({}, set(), 3, "", []),
+    ({"verify-a.json": 1, "verify-b.json": 2, "verify-c.json": 3}, set(), 1, "", ["verify-a.json", "verify-b.json"]),
+    ({"verify-a.json": 1, "verify-b.json": 2, "verify-c.json": 3}, {"verify-a.json"}, 1, "", ["verify-b.json"]),
+    ({"verify-a.json": 1, "verify-b.json": 2, "verify-c.json": 3}, set(), 0, "verify-c.json",
+     ["verify-a.json", "verify-b.json"]),
+    ({"verify-a.json": 1, "other.json": 0, "verify-b.txt": 0}, set(), 0, "", ["verify-a.json"]),
+])
+def test_reports_to_prune_keeps_the_named_the_current_and_the_newest_loose_ones(reports, referenced, keep, current,
+                                                                               expected):
+    assert rel.reports_to_prune(reports, referenced, keep, current) == expected
+
+
+def test_referenced_reports_are_the_head_reports_in_that_folder():
+    history = {"releases": [{"id": "a", "verify": {"head_report": "/r/verify-a.json"}},
+                            {"id": "b", "verify": {"head_report": "/elsewhere/verify-b.json"}},
+                            {"id": "c", "verify": {}}]}
+    assert rel.referenced_reports(history, "/r/") == {"verify-a.json"}
+    with pytest.raises(rel.ReleaseError):
+        rel.reports_to_prune({}, set(), -1)
+
+
+def test_the_head_report_is_kept_in_the_release_verify_part():
+    assert rel._verify_part({"ok": True, "head_report": "/r/verify-a.json"})["head_report"] == "/r/verify-a.json"
+    assert "head_report" not in rel._verify_part({"ok": True})

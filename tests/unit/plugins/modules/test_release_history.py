@@ -135,3 +135,67 @@ def test_the_configured_revision_and_image_are_kept_beside_the_commit_and_digest
     release = run_module(release_history.main, dict(args, model_revision="main"))["release"]
     assert release["model"] == {"repo": "dgxspark-lab/tiny-glm", "commit": COMMIT, "revision": "main"}
     assert release["image"]["configured"] == IMAGE
+
+
+def _keep(args, reports, name, **extra):
+    return run_module(release_history.main, dict({"state": "report", "path": args["path"], "reports_path": str(reports),
+                                                  "report": {"ok": True, "name": name}, "report_name": name}, **extra))
+
+
+def test_a_report_is_kept_root_only_on_the_head_and_the_release_names_it(head):
+    args, path = head
+    reports = path.parent / "verify-reports"
+    kept = _keep(args, reports, "verify-20261205T050000Z.json")
+    report = reports / "verify-20261205T050000Z.json"
+    assert kept["changed"] and kept["report_path"] == str(report) and kept["pruned"] == []
+    assert json.loads(report.read_text()) == {"ok": True, "name": "verify-20261205T050000Z.json"}
+    assert stat.S_IMODE(os.stat(report).st_mode) == 0o600
+    recorded = run_module(release_history.main, dict(args, verify=dict(args["verify"], head_report=str(report))))
+    assert recorded["release"]["verify"]["head_report"] == str(report)
+    assert json.loads(path.read_text())["releases"][0]["verify"]["head_report"] == str(report)
+
+
+def test_reports_no_release_names_are_pruned_beyond_the_newest_few_and_the_named_one_stays(head):
+    args, path = head
+    reports = path.parent / "verify-reports"
+    names = [f"verify-20261205T05000{n}Z.json" for n in range(5)]
+    _keep(args, reports, names[0])
+    run_module(release_history.main, dict(args, verify=dict(args["verify"], head_report=str(reports / names[0]))))
+    for number, name in enumerate(names[1:4], start=1):
+        _keep(args, reports, name, reports_keep=5)
+        os.utime(reports / name, (1000 + number, 1000 + number))
+    (reports / "notes.txt").write_text("not a report")
+    last = _keep(args, reports, names[4], reports_keep=1)
+    # names[0] is the release's, names[4] the one just written, names[3] the newest loose one: 1 and 2 go
+    assert last["pruned"] == [str(reports / names[1]), str(reports / names[2])]
+    assert sorted(os.listdir(reports)) == sorted([names[0], names[3], names[4], "notes.txt"])
+
+
+def test_check_mode_keeps_no_report_and_prunes_nothing(head):
+    args, path = head
+    reports = path.parent / "verify-reports"
+    _keep(args, reports, "verify-a.json")
+    result = run_module(release_history.main, {"state": "report", "path": str(path), "reports_path": str(reports),
+                                               "report": {}, "report_name": "verify-b.json", "reports_keep": 0},
+                        check_mode=True)
+    assert result["pruned"] == [str(reports / "verify-a.json")] and result["msg"].startswith("would keep")
+    assert os.listdir(reports) == ["verify-a.json"]
+
+
+@pytest.mark.parametrize("name", ["../verify-x.json", "verify-x.txt", "x.json", "verify-/a.json", ""])
+def test_a_report_name_that_is_not_a_verify_reports_is_refused(head, name):
+    args, path = head
+    reports = path.parent / "verify-reports"
+    with pytest.raises(ModuleFail, match="is not a verify report's file name"):
+        _keep(args, reports, name)
+    assert not reports.exists()
+
+
+def test_a_reports_folder_open_to_others_is_refused(head):
+    args, path = head
+    reports = path.parent / "verify-reports"
+    reports.mkdir(parents=True)
+    reports.chmod(0o777)
+    with pytest.raises(ModuleFail, match="verify reports folder"):
+        _keep(args, reports, "verify-a.json")
+    assert os.listdir(reports) == []
