@@ -268,8 +268,8 @@ def test_a_foreign_owned_file_or_folder_is_refused(tmp_path):
      ["verify-a.json", "verify-b.json"]),
     ({"verify-a.json": 1, "other.json": 0, "verify-b.txt": 0}, set(), 0, "", ["verify-a.json"]),
 ])
-def test_reports_to_prune_keeps_the_named_the_current_and_the_newest_loose_ones(reports, referenced, keep, current,
-                                                                               expected):
+def test_reports_to_prune_keeps_the_named_the_current_and_the_newest_loose_ones(
+        reports, referenced, keep, current, expected):
     assert rel.reports_to_prune(reports, referenced, keep, current) == expected
 
 
