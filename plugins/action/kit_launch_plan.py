@@ -7,6 +7,7 @@ touches a node.
 """
 from __future__ import annotations
 
+from datetime import datetime, timezone
 from typing import Any
 
 from ansible_collections.dgxspark.vllm.plugins.module_utils._kit_plan import ARGUMENT_SPEC, KitPlanError, plan
@@ -22,7 +23,8 @@ class ActionModule(ControllerAction):
 
     def run_task(self, params: dict[str, Any], check_mode: bool, diff: bool) -> dict[str, Any]:
         try:
-            result = plan(plain(params))
+            # the controller's clock dates a start's record (the planner itself reads no clock)
+            result = plan(plain(params), now=datetime.now(timezone.utc).isoformat())
         except KitPlanError as exc:
             raise ControllerTaskError(f"the kit's launch cannot be planned: {exc}") from exc
         except KeyError as exc:

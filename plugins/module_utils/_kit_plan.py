@@ -5,7 +5,10 @@
 Private module: may change at any time. Pure functions, no I/O and no Ansible imports (the action plugin
 ``dgxspark.vllm.kit_launch_plan`` calls them on the controller; the role carries out what they return).
 
-The role asks twice:
+The role asks at each step:
+
+first (`cluster_problem`), from the configuration and the play's hosts: whether the cluster is one the kit serves
+(the exl3_kit launcher, a head and one worker, both in the play);
 
 before the kit is placed (`prepare`), from each node's ``getent`` facts, its description (the launch role's
 ``launch_node.node``) and its RDMA read: the kit user's home and what is wrong with its account on each node,
@@ -15,8 +18,10 @@ after the kit's state is read (`decide`), from each node's ``vllm_node_state`` r
 last start, its git and ``kit_env`` results: whether the group must be (re)started and why, the digest the record
 keeps, the check-mode preview, the warm-up prompt, and the argv, environment and timing of ``./start.sh``;
 
-after a start (`judge`), from the waits of both ranks and the end of ``./start.sh``: the next step (``record`` the
-start, or ``fail``) and the stage that failed; with the last lines of both ranks and of ``./start.sh`` (`diagnose`),
+during and after a start (`judge`), from the waits of both ranks so far and the end of ``./start.sh``: the next step
+and the rank it runs on - the next wait (``rendezvous`` on the worker, ``serve`` on the head, ``alive`` on the
+worker), ``finish`` (``./start.sh``'s end, on the head), then ``record`` the start (with the record's text, `record`)
+or ``fail`` - and the stage that failed; with the last lines of both ranks and of ``./start.sh`` (`diagnose`),
 the diagnosis a failed start ends with - the launch's own per-rank failures (``_launch_plan.failures``) and its
 max-model-len advice (``_launch_plan.fit_advice``);
 
@@ -65,7 +70,9 @@ STAGES: dict[str, str] = {
 """The stage of the kit's start a failed wait names: the worker's rendezvous, the head's serve, the worker alive
 once the head serves (the waits, by the launch's names, in WAIT_NAMES order)."""
 WAIT_RANK: dict[str, str] = {"rendezvous": "worker", "serve": "head", "alive": "worker"}
-"""Which rank each of the kit's waits runs on."""
+"""Which rank each of the kit's waits runs on, in the order they run."""
+FINISH = "finish"
+"""The step after the waits: ./start.sh's end (its health wait and boot warm-up), on the head."""
 WARMUP_PROMPT = ("Summarise the following text. ", "The cluster serves the model across two nodes. ")
 """The warm-up request's prompt: an instruction, then a sentence repeated to the length asked for."""
 TRADE_OFF = ("Trade-off: about twice NVFP4's decode and a much longer context, but the first token of a large prompt "
@@ -77,8 +84,9 @@ NO_WARMUP = "Set kit_launch_warmup_prompt_chars to pay the first large-prompt la
 # declares it).
 ARGUMENT_SPEC: dict[str, Any] = dict(
     config=dict(type="dict", required=True),
-    head=dict(type="str", required=True),
-    worker=dict(type="str", required=True),
+    head=dict(type="str"),     # default: the configuration's head
+    worker=dict(type="str"),   # default: the configuration's first worker
+    play_hosts=dict(type="list", elements="str"),
     kit_env=dict(type="dict", default={}),
     passwd=dict(type="dict", no_log=False),   # getent passwd entries (the password field is "x"), not secrets
     group=dict(type="dict"),
@@ -98,6 +106,8 @@ ARGUMENT_SPEC: dict[str, Any] = dict(
     secrets_file=dict(type="str", default="", no_log=False),   # a path, not the secret
     waits=dict(type="dict"),
     finished=dict(type="dict", default={}),
+    started=dict(type="dict"),
+    wanted=dict(type="str"),
     tails=dict(type="dict"),
     start_tail=dict(type="dict", default={}),
     decision=dict(type="dict"),
@@ -107,11 +117,27 @@ ARGUMENT_SPEC: dict[str, Any] = dict(
 PREPARE_INPUTS: tuple[str, ...] = ("passwd", "group", "described")
 DECIDE_INPUTS: tuple[str, ...] = ("states", "kit_commit", "kit_dir", "log", "finish_timeout")
 JUDGE_INPUTS: tuple[str, ...] = ("waits",)
+RECORD_INPUTS: tuple[str, ...] = ("waits", "wanted")
 REPORT_INPUTS: tuple[str, ...] = ("decision",)
 
 
 class KitPlanError(ValueError):
     """Inputs the kit's launch cannot be planned from."""
+
+
+# --------------------------------------------------------------------------------------------- the cluster
+
+
+def cluster_problem(config: Mapping[str, Any], play_hosts: Sequence[str]) -> str:
+    """What makes the cluster one the kit cannot serve ('' when nothing does): the kit serves profiles with the
+    exl3_kit launcher on exactly two nodes, a head and one worker, both in the play."""
+    nodes = list(config.get("nodes") or {})
+    if (config.get("launcher") == "exl3_kit" and len(config.get("workers") or []) == RANKS - 1
+            and not [node for node in nodes if node not in play_hosts]):
+        return ""
+    return (f"kit_launch serves profiles with the exl3_kit launcher (dgxspark_vllm_profile is "
+            f"{config.get('profile_name')}) on exactly two nodes, a head and one worker (the kit drives one worker over "
+            f"ssh), both in this play; this cluster has {', '.join(nodes)} and this play {', '.join(play_hosts)}.")
 
 
 # --------------------------------------------------------------------------------------------- before the kit
@@ -406,6 +432,8 @@ def decide(config: Mapping[str, Any], head: str, worker: str, states: Mapping[st
         "poll_seconds": times["poll_seconds"],
         "api_retries": times["api_retries"],
         "warmup_prompt": warmup_prompt(int(settings.get("warmup_prompt_chars") or 0)),
+        # the warm-up request follows a start only, and only with a prompt
+        "warmup": start and int(settings.get("warmup_prompt_chars") or 0) > 0,
         # nothing starts while staging runs on a node (its lock as the state read found it)
         "refusal": (refusal(locked_nodes([head, worker], states), str(config["staging_lock_path"]))
                     or launch_refusal(bool(config.get("firewall")), [head, worker], states)) if start else None,
@@ -425,18 +453,40 @@ def observed(waits: Mapping[str, Any], head: str, worker: str) -> dict[str, dict
     return out
 
 
-def judge(waits: Mapping[str, Any], finished: Mapping[str, Any], head: str, worker: str) -> dict[str, Any]:
-    """The next step after a start: ``record`` it (both ranks reached their phases and ./start.sh exited 0) or
-    ``fail`` - with the stage: the earliest wait that failed, else ./start.sh's end (its exit code, or that it did
-    not finish)."""
+def _ran(result: Any) -> bool:
+    """Whether a registered result is of a task that ran (not skipped, not absent)."""
+    return isinstance(result, Mapping) and bool(result) and not result.get("skipped")
+
+
+def judge(waits: Mapping[str, Any], finished: Mapping[str, Any], head: str, worker: str,
+          config: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """The next step of a start, from the waits so far and ./start.sh's end: a wait that failed - ``fail``, with the
+    stage (the earliest failed wait); else the first wait that has not run (``rendezvous``, ``serve``, ``alive``),
+    then ``finish``, each with the ``host`` it runs on (and for ``serve``, the ``peers`` the head watches: the
+    worker's CX7 IP, from config); once ./start.sh ended - ``record`` (it exited 0) or ``fail`` (its exit code, or
+    that it did not finish)."""
     found = failures(observed(waits, head, worker), [head, worker])
     if found:
         first = min(found, key=lambda failure: WAIT_NAMES.index(failure.stage))
-        return {"step": "fail", "stage": STAGES[first.stage], "failures": [failure.text for failure in found]}
+        return {"step": "fail", "host": "", "stage": STAGES[first.stage], "failures": [failure.text for failure in found]}
+    for name, rank in WAIT_RANK.items():
+        if not _ran(waits.get(name)):
+            step = {"step": name, "host": head if rank == "head" else worker, "stage": "", "failures": []}
+            if name == "serve":
+                step["peers"] = [str(((config or {}).get("nodes") or {}).get(worker, {}).get("cx7_ip") or "")]
+            return step
+    if not _ran(finished):
+        return {"step": FINISH, "host": head, "stage": "", "failures": []}
     if finished.get("finished") and finished.get("rc") == 0:
-        return {"step": "record", "stage": "", "failures": []}
+        return {"step": "record", "host": head, "stage": "", "failures": []}
     code = finished.get("rc") if finished.get("finished") else "none: still running"
-    return {"step": "fail", "stage": f"./start.sh finishing (exit code {code})", "failures": []}
+    return {"step": "fail", "host": "", "stage": f"./start.sh finishing (exit code {code})", "failures": []}
+
+
+def start_record(wanted_now: str, started: Mapping[str, Any], now: str) -> str:
+    """The record of a start the head keeps (JSON): what was wanted, the containers that run it (per node, from the
+    nodes' vllm_node_state read after the start) and when - what `decide` compares the next run with."""
+    return json.dumps({"wanted": wanted_now, "containers": running(started), "started": now})
 
 
 def _tail_text(result: Mapping[str, Any] | None) -> str:
@@ -448,7 +498,7 @@ def diagnose(config: Mapping[str, Any], head: str, worker: str, waits: Mapping[s
              tails: Mapping[str, Any], start_tail: Mapping[str, Any], log: str) -> str:
     """A failed start's message: the stage, each rank's failed wait, the engine's max-model-len estimate when it
     gave one, the end of ./start.sh's output, and the last log lines of both containers."""
-    verdict = judge(waits, finished, head, worker)
+    verdict = judge(waits, finished, head, worker, config)
     seen = observed(waits, head, worker)
     lines = int(cluster_timing(config).get("diagnosis_lines", 30))
     container = config.get("container_name", "")
@@ -478,33 +528,44 @@ def report(config: Mapping[str, Any], decision: Mapping[str, Any], rendered: Map
             f"{values.get('MAX_MODEL_LEN', '?')}, drafter {drafter}. {TRADE_OFF} {warm}")
 
 
-def plan(params: Mapping[str, Any]) -> dict[str, Any]:
-    """The task's result from its validated arguments: `prepare` when O(passwd) is given, `decide` when O(states)
-    is, both when both are."""
-    given = [name for name in ("passwd", "states", "waits", "decision") if params.get(name) is not None]
+def plan(params: Mapping[str, Any], now: str = "") -> dict[str, Any]:
+    """The task's result from its validated arguments (now: the controller's UTC time, for a start's record): the
+    cluster check when O(play_hosts) is given, `prepare` when O(passwd) is, `decide` when O(states) is, `judge` when
+    O(waits) is (with the record's text when O(started) is too, the diagnosis when O(tails) is), the report when
+    O(decision) is."""
+    given = [name for name in ("play_hosts", "passwd", "states", "waits", "decision") if params.get(name) is not None]
     if not given:
-        raise KitPlanError("give passwd, group and described (before the kit is placed), states and the kit's "
-                           "settings (after its state is read), waits (after a start) or decision (the report)")
-    result: dict[str, Any] = {}
+        raise KitPlanError("give play_hosts (the cluster check), passwd, group and described (before the kit is "
+                           "placed), states and the kit's settings (after its state is read), waits (during and after "
+                           "a start) or decision (the report)")
     for name, needed in (("passwd", PREPARE_INPUTS), ("states", DECIDE_INPUTS), ("waits", JUDGE_INPUTS),
-                         ("decision", REPORT_INPUTS)):
-        if name not in given:
+                         ("decision", REPORT_INPUTS), ("started", RECORD_INPUTS)):
+        if params.get(name) is None:
             continue
         missing = [key for key in needed if params.get(key) is None]
         if missing:
             raise KitPlanError(f"{', '.join(missing)} must be given with {name}")
-    config, head = params["config"], params["head"]
+    config = params["config"]
+    result: dict[str, Any] = {}
+    if "play_hosts" in given:
+        result["cluster_problem"] = cluster_problem(config, params["play_hosts"])
+        if result["cluster_problem"]:
+            return result   # no head and worker to plan for
+    head = params.get("head") or str(config["head"])
+    worker = params.get("worker") or str((config.get("workers") or [""])[0])
     if "passwd" in given:
         result.update(prepare(config, head, params.get("kit_env") or {}, params["passwd"], params["group"],
                               params["described"], params.get("rdma") or {}, params.get("hf_staged")))
     if "states" in given:
-        result.update(decide(config, head, params["worker"], params["states"], params.get("record") or {},
+        result.update(decide(config, head, worker, params["states"], params.get("record") or {},
                              params.get("git") or {}, params.get("rendered") or {}, params))
     if "waits" in given:
         finished = params.get("finished") or {}
-        result.update(judge(params["waits"], finished, head, params["worker"]))
+        result.update(judge(params["waits"], finished, head, worker, config))
+        if params.get("started") is not None and result["step"] == "record":
+            result["record"] = start_record(str(params["wanted"]), params["started"], now)
         if params.get("tails") is not None:
-            result["message"] = diagnose(config, head, params["worker"], params["waits"], finished, params["tails"],
+            result["message"] = diagnose(config, head, worker, params["waits"], finished, params["tails"],
                                          params.get("start_tail") or {}, str(params.get("log") or "./start.sh's log"))
     if "decision" in given:
         result["report"] = report(config, params["decision"], params.get("rendered") or {},

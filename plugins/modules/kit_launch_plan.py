@@ -11,6 +11,8 @@ version_added: 0.3.0
 description:
   - The decisions of the role C(dgxspark.vllm.kit_launch) (the EXL3 kit's C(./start.sh)) in one place; the role
     passes what it read on the nodes and carries out the result.
+  - First (O(play_hosts) given) - whether the cluster is one the kit serves (the C(exl3_kit) launcher, a head and
+    one worker, both in the play); when it is not, the result is only RV(cluster_problem).
   - Before the kit is placed (O(passwd), O(group) and O(described) given) - per node, the kit user's home and what
     is wrong with its account (it does not exist, it is not in the docker group, the worker's HF cache is not where
     the kit reads it); the one HCA the kit takes per node; the staged repositories; the C(.env)'s extra keys.
@@ -18,7 +20,9 @@ description:
     and why, the digest of what it should run (kept in the head's record of the last start), the check-mode
     preview, the warm-up prompt, and C(./start.sh)'s argv, environment (secrets aside) and timing. The phase
     budgets, the poll interval and the API timeout are the cluster's (C(timing) of O(config)), as the launch's.
-  - After a start (O(waits) given) - the next step (C(record) the start or C(fail)) and the stage that failed; with
+  - During and after a start (O(waits) given, the waits so far) - the next step and the rank it runs on (the
+    worker's C(rendezvous), the head's C(serve), the worker C(alive), C(finish) - C(./start.sh)'s end - then
+    C(record) the start or C(fail)) and the stage that failed; with O(started) and O(wanted), the record's text; with
     O(tails), the diagnosis a failed start ends with (each rank's failed wait as the launch words it, the engine's
     max-model-len estimate, the end of C(./start.sh)'s output and of both containers' logs).
   - For the report (O(decision) given) - what serves, EXL3's trade-off and the warm-up's time.
@@ -43,13 +47,19 @@ options:
     type: dict
     required: true
   head:
-    description: The head's inventory name (it runs C(./start.sh) and may keep its HF cache anywhere).
+    description:
+      - The head's inventory name (it runs C(./start.sh) and may keep its HF cache anywhere).
+      - Not given - the head of O(config).
     type: str
-    required: true
   worker:
-    description: The worker's inventory name (C(./start.sh) drives it over ssh).
+    description:
+      - The worker's inventory name (C(./start.sh) drives it over ssh).
+      - Not given - the first worker of O(config).
     type: str
-    required: true
+  play_hosts:
+    description: The play's hosts (C(ansible_play_hosts_all)), for the cluster check (RV(cluster_problem)).
+    type: list
+    elements: str
   kit_env:
     description: More kit keys by their kit name (the role's C(kit_launch_env)).
     type: dict
@@ -121,13 +131,22 @@ options:
     default: ""
   waits:
     description:
-      - After a start, the M(dgxspark.vllm.vllm_startup_wait) results by wait - C(rendezvous) (the worker's),
-        C(serve) (the head's) and C(alive) (the worker's, once the head serves); skipped ones as registered.
+      - During and after a start, the M(dgxspark.vllm.vllm_startup_wait) results by wait - C(rendezvous) (the
+        worker's), C(serve) (the head's) and C(alive) (the worker's, once the head serves); skipped ones as
+        registered, or empty before the wait ran.
     type: dict
   finished:
     description: After a start, the head's M(ansible.builtin.async_status) result of C(./start.sh).
     type: dict
     default: {}
+  started:
+    description:
+      - With O(waits), per inventory name, the M(dgxspark.vllm.vllm_node_state) result read after the start; when
+        the step is C(record), RV(record) keeps the containers that run.
+    type: dict
+  wanted:
+    description: With O(started), the digest of what the group should run (RV(wanted) of the call with O(states)).
+    type: str
   tails:
     description: With O(waits), per inventory name, the result of C(docker logs --tail) of its serve container.
     type: dict
@@ -148,15 +167,21 @@ options:
     default: ""
 notes:
   - O(passwd) needs O(group) and O(described); O(states) needs O(kit_commit), O(kit_dir), O(log) and
-    O(finish_timeout). At least one of O(passwd), O(states), O(waits) and O(decision) is given.
+    O(finish_timeout); O(started) needs O(waits) and O(wanted). At least one of O(play_hosts), O(passwd), O(states),
+    O(waits) and O(decision) is given.
 """
 
 EXAMPLES = r"""
+- name: Check the cluster is one the kit serves
+  dgxspark.vllm.kit_launch_plan:
+    config: "{{ dgxspark_vllm_config }}"
+    play_hosts: "{{ ansible_play_hosts_all }}"
+  register: kit_cluster
+  run_once: true
+
 - name: Plan the kit's launch before the kit is placed
   dgxspark.vllm.kit_launch_plan:
     config: "{{ dgxspark_vllm_config }}"
-    head: "{{ dgxspark_vllm_config.head }}"
-    worker: "{{ dgxspark_vllm_config.workers[0] }}"
     kit_env: "{{ kit_launch_env }}"
     passwd: "{{ dict(hosts | zip(hosts | map('extract', hostvars, ['ansible_facts', 'getent_passwd']))) }}"
     group: "{{ dict(hosts | zip(hosts | map('extract', hostvars, ['ansible_facts', 'getent_group']))) }}"
@@ -169,8 +194,6 @@ EXAMPLES = r"""
 - name: Decide whether the group must be (re)started
   dgxspark.vllm.kit_launch_plan:
     config: "{{ dgxspark_vllm_config }}"
-    head: "{{ dgxspark_vllm_config.head }}"
-    worker: "{{ dgxspark_vllm_config.workers[0] }}"
     states: "{{ dict(ansible_play_hosts | zip(ansible_play_hosts | map('extract', hostvars, 'node_state'))) }}"
     record: "{{ hostvars[dgxspark_vllm_config.head].kit_record }}"
     kit_commit: "{{ kit_launch_commit }}"
@@ -180,21 +203,25 @@ EXAMPLES = r"""
   register: kit_decision
   run_once: true
 
-- name: Judge the start from the waits of both ranks and the end of ./start.sh
+- name: Judge the start from the waits of both ranks and the end of ./start.sh (the next step, or the record)
   dgxspark.vllm.kit_launch_plan:
     config: "{{ dgxspark_vllm_config }}"
-    head: "{{ dgxspark_vllm_config.head }}"
-    worker: "{{ dgxspark_vllm_config.workers[0] }}"
     waits:
-      rendezvous: "{{ hostvars[dgxspark_vllm_config.workers[0]].worker_wait }}"
-      serve: "{{ hostvars[dgxspark_vllm_config.head].head_wait }}"
-      alive: "{{ hostvars[dgxspark_vllm_config.workers[0]].worker_alive }}"
+      rendezvous: "{{ hostvars[dgxspark_vllm_config.workers[0]].worker_wait | default({}) }}"
+      serve: "{{ hostvars[dgxspark_vllm_config.head].head_wait | default({}) }}"
+      alive: "{{ hostvars[dgxspark_vllm_config.workers[0]].worker_alive | default({}) }}"
     finished: "{{ hostvars[dgxspark_vllm_config.head].start_done }}"
+    wanted: "{{ kit_decision.wanted }}"
+    started: "{{ dict(ansible_play_hosts | zip(ansible_play_hosts | map('extract', hostvars, 'after_state'))) }}"
   register: kit_judged
   run_once: true
 """
 
 RETURN = r"""
+cluster_problem:
+  description: What makes the cluster one the kit cannot serve (empty when nothing does).
+  returned: when O(play_hosts) is given
+  type: str
 accounts:
   description: Per inventory name, the kit user's C(home) there and the C(problem) with its account (empty when none).
   returned: when O(passwd) is given
@@ -290,9 +317,30 @@ warmup_prompt:
   description: The warm-up request's prompt, about O(warmup_prompt_chars) characters (empty - none).
   returned: when O(states) is given
   type: str
+warmup:
+  description: Whether the warm-up request is sent (the group is started and there is a prompt).
+  returned: when O(states) is given
+  type: bool
 step:
-  description: After a start, C(record) (both ranks reached their phases and C(./start.sh) exited 0) or C(fail).
+  description:
+    - The next step of a start - the first wait that has not run (C(rendezvous), C(serve), C(alive)), then C(finish)
+      (C(./start.sh)'s end); then C(record) (both ranks reached their phases and C(./start.sh) exited 0); C(fail) as
+      soon as a wait failed, or when C(./start.sh) did not end well.
   returned: when O(waits) is given
+  type: str
+  sample: serve
+host:
+  description: The inventory name the step runs on (empty for C(fail)).
+  returned: when O(waits) is given
+  type: str
+peers:
+  description: For the step C(serve), the CX7 IPs the head watches while it starts to serve (the worker's).
+  returned: when RV(step) is C(serve)
+  type: list
+  elements: str
+record:
+  description: The record of the start the head keeps (JSON - C(wanted), the running C(containers) per node, C(started)).
+  returned: when O(started) is given and RV(step) is C(record)
   type: str
 stage:
   description: The stage that failed (the first failed wait, else C(./start.sh)'s end); empty when none did.

@@ -52,3 +52,28 @@ def test_the_watch_reads_the_clusters_timing_and_the_role_defines_none() -> None
     texts = " ".join(text for _name, _key, text in _task_strings())
     assert "dgxspark_vllm_config.timing.budgets" in texts
     assert re.findall(r"kit_launch_(?:budgets|poll_interval|peer_grace_seconds|api_timeout|diagnosis_lines)", texts) == []
+
+
+def _tasks(name: str) -> list[dict[str, Any]]:
+    return yaml.safe_load((ROLE / "tasks" / name).read_text(encoding="utf-8"))
+
+
+def test_the_watch_runs_the_planners_steps_and_judges_no_result_itself() -> None:
+    """Each wait of a start runs when it is the planner's step, on the rank the planner names; no condition of the
+    role reads a wait's verdict (``.ok``, ``.finished``, ``.rc``): the planner (kit_launch_plan) judges them."""
+    start = _tasks("start.yml")
+    steps = [task for task in start if set(task) & {"dgxspark.vllm.vllm_startup_wait", "ansible.builtin.async_status"}]
+    assert len(steps) == 4
+    for task in steps:
+        assert task["when"].startswith("__kit_launch_step.step == '") and "__kit_launch_step.host" in task["when"]
+    judges = [task for task in start if "dgxspark.vllm.kit_launch_plan" in task]
+    assert len(judges) == 5 and all(task["register"] == "__kit_launch_step" for task in judges)
+    conditions = [str(task.get("when", "")) for name in ("main.yml", "start.yml", "fail.yml", "prepare.yml")
+                  for task in _tasks(name)]
+    assert [text for text in conditions if re.search(r"\.(ok|finished|rc)\b", text)] == []
+
+
+def test_the_record_and_the_cluster_check_are_the_planners() -> None:
+    texts = " ".join(text for _name, _key, text in _task_strings())
+    assert "now(" not in texts and "to_json" not in texts   # the record's text is the planner's (start_record)
+    assert "difference(ansible_play_hosts_all)" not in texts   # the cluster check is the planner's (cluster_problem)

@@ -95,7 +95,7 @@ def test_after_the_kit_state_is_read_then_with_its_record() -> None:
 
 
 @pytest.mark.parametrize("args, message", [
-    (_args(), "the kit's launch cannot be planned: give passwd, group and described (before the kit is placed)"),
+    (_args(), "the kit's launch cannot be planned: give play_hosts (the cluster check), passwd, group and described"),
     (_before(group=None), "the kit's launch cannot be planned: group must be given with passwd"),
     (_after(config=dict(CONFIG, timing=dict(CONFIG["timing"], poll_interval=0))),
      "the kit's launch cannot be planned: dgxspark_vllm_poll_interval must be a positive number of seconds"),
@@ -113,8 +113,8 @@ def test_what_it_cannot_plan_from_fails_the_task(args: dict[str, Any], message: 
 def test_the_arguments_are_checked_as_the_module_documents_them() -> None:
     with pytest.raises(AnsibleActionFail, match="argument 'finish_timeout' is of type str"):
         run_action(ActionModule, _after(finish_timeout="often"))
-    with pytest.raises(AnsibleActionFail, match="missing required arguments: worker"):
-        run_action(ActionModule, {"config": CONFIG, "head": HEAD})
+    with pytest.raises(AnsibleActionFail, match="missing required arguments: config"):
+        run_action(ActionModule, {"head": HEAD})
     assert run_action(ActionModule, _after(finish_timeout="30"))["start"]["finish_retries"] == 15   # templated: strings
 
 
@@ -142,3 +142,25 @@ def test_after_a_failed_start_then_its_diagnosis_then_the_report() -> None:
 def test_the_module_itself_refuses_to_run_on_a_node() -> None:
     with pytest.raises(ModuleFail, match="runs on the controller through its action plugin"):
         run_module(kit_launch_plan.main, _before())
+
+
+def test_the_cluster_check_then_the_watch_step_by_step_then_the_record() -> None:
+    """The role's first call (the cluster), the watch's judgements (the next step and its rank, head and worker from
+    the configuration) and the last one (the record's text, dated by the controller's clock)."""
+    config = dict(CONFIG, launcher="exl3_kit", profile_name="glm53_flash_exl3", head=HEAD, workers=[WORKER])
+    checked = run_action(ActionModule, {"config": config, "play_hosts": [HEAD, WORKER]})
+    assert checked == {"cluster_problem": "", "changed": False}
+    alone = run_action(ActionModule, {"config": config, "play_hosts": [HEAD]})
+    assert alone["cluster_problem"].endswith(f"this cluster has {HEAD}, {WORKER} and this play {HEAD}.")
+    ok = {"changed": False, "ok": True, "phase": "rendezvous", "reason": None, "last_lines": []}
+    first = run_action(ActionModule, {"config": config, "waits": {"rendezvous": {}, "serve": {}, "alive": {}}})
+    assert (first["step"], first["host"]) == ("rendezvous", WORKER)
+    serve = run_action(ActionModule, {"config": config, "waits": {"rendezvous": ok, "serve": {}, "alive": {}}})
+    assert (serve["step"], serve["host"], serve["peers"]) == ("serve", HEAD, ["10.77.1.12"])
+    state = {"container": {"exists": True, "running": True, "id": "c1"}}
+    done = run_action(ActionModule, {"config": config, "waits": {"rendezvous": ok, "serve": ok, "alive": ok},
+                                     "finished": {"finished": 1, "rc": 0}, "wanted": "w",
+                                     "started": {HEAD: state, WORKER: dict(state, container={"running": True, "id": "c2"})}})
+    record = json.loads(done["record"])
+    assert (done["step"], record["wanted"], record["containers"]) == ("record", "w", {HEAD: "c1", WORKER: "c2"})
+    assert record["started"].endswith("+00:00")

@@ -18,6 +18,7 @@ from ansible_collections.dgxspark.vllm.plugins.module_utils._kit_plan import (
     KitPlanError,
     account_problem,
     accounts,
+    cluster_problem,
     decide,
     docker_members,
     home,
@@ -40,6 +41,7 @@ from ansible_collections.dgxspark.vllm.plugins.module_utils._kit_plan import (
     staged,
     start_argv,
     start_env,
+    start_record,
     timing,
     wanted,
     warmup_prompt,
@@ -418,14 +420,21 @@ def test_plan_dispatches_on_what_was_observed() -> None:
     settings = {k: v for k, v in SETTINGS.items() if k != "collection_staged"}
     after = plan(dict(base, states={HEAD: _state("c1")}, **settings))
     assert set(after) == {"launcher", "wanted", "restart", "why", "running", "kit_commit", "preview", "outcome",
-                          "start", "poll_seconds", "api_retries", "warmup_prompt", "refusal"}
+                          "start", "poll_seconds", "api_retries", "warmup_prompt", "warmup", "refusal"}
     judged = plan(dict(base, waits={"rendezvous": _wait(True), "serve": _wait(True), "alive": _wait(True)},
                        finished={"finished": 1, "rc": 0}))
-    assert set(judged) == {"step", "stage", "failures"}
+    assert set(judged) == {"step", "host", "stage", "failures"}
+    recorded = plan(dict(base, waits=GOOD, finished={"finished": 1, "rc": 0}, wanted="w",
+                         started={HEAD: _state("c1"), WORKER: _state("c2")}), now="2026-01-01T00:00:00+00:00")
+    assert json.loads(recorded["record"]) == {"wanted": "w", "containers": {HEAD: "c1", WORKER: "c2"},
+                                              "started": "2026-01-01T00:00:00+00:00"}
+    assert "record" not in plan(dict(base, waits={}, wanted="w", started={}))   # not a step that records
+    with pytest.raises(KitPlanError, match="^wanted must be given with started$"):
+        plan(dict(base, waits=GOOD, started={}))
     failed = plan(dict(base, waits={"rendezvous": _wait(False, "stopped")}, tails={}, log="/k/log"))
     assert failed["step"] == "fail" and failed["message"].startswith("The kit's launch failed during the worker")
     assert set(plan(dict(base, decision={"outcome": "started"}))) == {"report"}
-    with pytest.raises(KitPlanError, match=r"^give passwd, group and described \(before the kit is placed\), states"):
+    with pytest.raises(KitPlanError, match=r"^give play_hosts \(the cluster check\), passwd, group and described"):
         plan(base)
     with pytest.raises(KitPlanError, match="^group, described must be given with passwd$"):
         plan(dict(base, passwd={}))
@@ -541,3 +550,71 @@ def test_warmup_prompt() -> None:
     assert warmup_prompt(40) == "Summarise the following text. The cluste"
     assert len(warmup_prompt(2000)) == 2000 and warmup_prompt(2000).count("two nodes.") == 41
     assert _decide()["warmup_prompt"] == ""
+
+
+# --------------------------------------------------------------------------------------------- the cluster and the watch
+
+
+@pytest.mark.parametrize("changes, play, problem", [
+    ({}, [HEAD, WORKER], False),
+    ({}, [HEAD, WORKER, "spark-c"], False),                  # more hosts in the play: only the cluster's count
+    ({}, [HEAD], True),                                      # the worker is not in the play
+    ({"launcher": "vllm"}, [HEAD, WORKER], True),            # a profile the launch role serves
+    ({"workers": [WORKER, "spark-c"]}, [HEAD, WORKER], True),   # the kit drives one worker
+    ({"workers": []}, [HEAD, WORKER], True),
+])
+def test_cluster_problem(changes: dict[str, Any], play: list[str], problem: bool) -> None:
+    config = {**CONFIG, "head": HEAD, "workers": [WORKER], "profile_name": "glm53_flash_exl3", **changes}
+    assert bool(cluster_problem(config, play)) is problem
+
+
+def test_cluster_problem_names_the_profile_the_cluster_and_the_play_as_the_role_always_did() -> None:
+    config = dict(CONFIG, head=HEAD, workers=[], launcher="vllm", profile_name="glm53_flash_nvfp4")
+    assert cluster_problem(config, [HEAD]) == (
+        "kit_launch serves profiles with the exl3_kit launcher (dgxspark_vllm_profile is glm53_flash_nvfp4) on exactly "
+        "two nodes, a head and one worker (the kit drives one worker over ssh), both in this play; this cluster has "
+        f"{HEAD}, {WORKER} and this play {HEAD}.")
+    # the check alone: no head or worker to plan for, whatever else was given
+    assert plan({"config": config, "play_hosts": [HEAD], "waits": {}}) == {"cluster_problem": cluster_problem(config, [HEAD])}
+
+
+@pytest.mark.parametrize("waits, finished, expected", [
+    ({}, {}, ("rendezvous", WORKER)),                                  # nothing ran yet: the worker's rendezvous
+    ({"rendezvous": SKIPPED, "serve": SKIPPED, "alive": SKIPPED}, {}, ("rendezvous", WORKER)),
+    ({"rendezvous": _wait(True), "serve": {}, "alive": {}}, {}, ("serve", HEAD)),
+    ({"rendezvous": _wait(True), "serve": _wait(True, phase="api_up"), "alive": SKIPPED}, SKIPPED, ("alive", WORKER)),
+    (GOOD, SKIPPED, ("finish", HEAD)),
+    (GOOD, {}, ("finish", HEAD)),
+    (GOOD, {"finished": 1, "rc": 0}, ("record", HEAD)),
+    ({"rendezvous": _wait(False, "stopped")}, {}, ("fail", "")),        # a failed wait ends the watch
+])
+def test_judge_names_the_next_step_and_its_rank(waits: dict[str, Any], finished: dict[str, Any],
+                                                expected: tuple[str, str]) -> None:
+    verdict = judge(waits, finished, HEAD, WORKER, CONFIG)
+    assert (verdict["step"], verdict["host"]) == expected
+    assert ("peers" in verdict) is (verdict["step"] == "serve")
+
+
+def test_the_head_watches_the_workers_cx7_ip_while_it_starts_to_serve() -> None:
+    assert judge({"rendezvous": _wait(True)}, {}, HEAD, WORKER, CONFIG)["peers"] == ["10.77.1.12"]
+
+
+def test_start_record_keeps_what_was_wanted_and_the_running_containers() -> None:
+    text = start_record("w", {HEAD: _state("c1"), WORKER: _state("c2", running_=False)}, "2026-01-01T00:00:00+00:00")
+    assert json.loads(text) == {"wanted": "w", "containers": {HEAD: "c1"}, "started": "2026-01-01T00:00:00+00:00"}
+    # what decide reads back: with both ranks in the record, the next run changes nothing
+    first = _decide()
+    again = _decide(record={"content": base64.b64encode(start_record(first["wanted"], {
+        HEAD: _state("c1"), WORKER: _state("c2")}, "now").encode()).decode()})
+    assert (again["restart"], again["why"]) == (False, "unchanged")
+
+
+@pytest.mark.parametrize("chars, record, expected", [(0, None, False), (500, None, True), (500, "same", False)])
+def test_the_warm_up_follows_a_start_with_a_prompt_only(chars: int, record: str | None, expected: bool) -> None:
+    first = decide(CONFIG, HEAD, WORKER, {HEAD: _state("c1"), WORKER: _state("c2")}, {}, {"after": "abc"},
+                   {"checksum": "e0"}, dict(SETTINGS, warmup_prompt_chars=chars))
+    if record:
+        kept = _record({"wanted": first["wanted"], "containers": BOTH})
+        first = decide(CONFIG, HEAD, WORKER, {HEAD: _state("c1"), WORKER: _state("c2")}, kept, {"after": "abc"},
+                       {"checksum": "e0"}, dict(SETTINGS, warmup_prompt_chars=chars))
+    assert first["warmup"] is expected
