@@ -47,6 +47,8 @@ HISTORY_FORMAT = 1
 HISTORY_PATH = "/var/lib/dgxspark/releases.json"
 # verify's reports on the head, beside the history: the one each recorded release names, and the newest others
 REPORTS_PATH = "/var/lib/dgxspark/verify-reports"
+REPORTS_SUBJECT = "the verify reports folder"
+REPORTS_VARIABLE = "dgxspark_vllm_config.verify_reports_path"
 REPORT_NAME = re.compile(r"^verify-[A-Za-z0-9][A-Za-z0-9._-]*\.json$")
 DEFAULT_KEEP = 10
 ID_LENGTH = 12
@@ -501,13 +503,11 @@ def read_file(path: str, euid: int | None = None) -> str | None:
         os.close(fd)
 
 
-def write_file(path: str, text: str, check_mode: bool = False, euid: int | None = None) -> bool:
-    """Make path a 0600 file of this user holding text (written to a new file, renamed into place); its folder is
-    made (0755) when missing, refused as read_file refuses it. True when the file changed (or would)."""
-    me = os.geteuid() if euid is None else euid
+def _write_private(path: str, text: str, me: int, subject: str, variable: str, check_mode: bool) -> bool:
+    """Make path a 0600 file of this user holding text (a new file renamed into place); its folder made (0755) when
+    missing and refused as read_file refuses the history's; an existing path refused unless a private regular file."""
     try:
-        _safe_paths.ensure_folder(os.path.dirname(path), _trusted(me), "the release history folder",
-                                  "dgxspark_vllm_config.release_history_path", create=not check_mode)
+        _safe_paths.ensure_folder(os.path.dirname(path), _trusted(me), subject, variable, create=not check_mode)
     except _safe_paths.UnsafePathError as exc:
         raise ReleaseError(str(exc)) from None
     if os.path.lexists(path):
@@ -515,12 +515,12 @@ def write_file(path: str, text: str, check_mode: bool = False, euid: int | None 
     return _secret_file.write_secret(path, text, check_mode=check_mode)
 
 
-def _reports_folder(folder: str, me: int, create: bool) -> None:
-    try:
-        _safe_paths.ensure_folder(folder, _trusted(me), "the verify reports folder",
-                                  "dgxspark_vllm_config.verify_reports_path", create=create)
-    except _safe_paths.UnsafePathError as exc:
-        raise ReleaseError(str(exc)) from None
+def write_file(path: str, text: str, check_mode: bool = False, euid: int | None = None) -> bool:
+    """Make path a 0600 file of this user holding text (written to a new file, renamed into place); its folder is
+    made (0755) when missing, refused as read_file refuses it. True when the file changed (or would)."""
+    me = os.geteuid() if euid is None else euid
+    return _write_private(path, text, me, "the release history folder", "dgxspark_vllm_config.release_history_path",
+                          check_mode)
 
 
 def list_reports(folder: str, euid: int | None = None) -> dict[str, float]:
@@ -529,7 +529,10 @@ def list_reports(folder: str, euid: int | None = None) -> dict[str, float]:
     me = os.geteuid() if euid is None else euid
     if not os.path.lexists(folder):
         return {}
-    _reports_folder(folder, me, create=False)
+    try:
+        _safe_paths.check_levels(folder, _trusted(me), REPORTS_SUBJECT, REPORTS_VARIABLE)
+    except _safe_paths.UnsafePathError as exc:
+        raise ReleaseError(str(exc)) from None
     found = {}
     with os.scandir(folder) as entries:
         for entry in entries:
@@ -543,10 +546,7 @@ def write_report(folder: str, name: str, text: str, check_mode: bool = False, eu
     0755 when missing); its path."""
     me = os.geteuid() if euid is None else euid
     path = os.path.join(folder, check_report_name(name))
-    _reports_folder(folder, me, create=not check_mode)
-    if os.path.lexists(path):
-        _check_file(os.lstat(path), path, me)
-    _secret_file.write_secret(path, text, check_mode=check_mode)
+    _write_private(path, text, me, REPORTS_SUBJECT, REPORTS_VARIABLE, check_mode)
     return path
 
 
