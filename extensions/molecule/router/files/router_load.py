@@ -13,8 +13,10 @@ A request is started every 1/RATE seconds in its own thread, whatever the earlie
 ``vllm bench serve --request-rate`` without its Poisson spread); each finished request is appended to OUT.jsonl
 as one line at once, so a watcher sees the load's progress. The judge splits the requests by their start: before
 the drain (they ran or were running when it began: each must succeed), between the drain and the cluster's return
-(refused by the router, counted), after it (each must succeed). ``phases`` gives per named span of starts the requests
-sent and failed, each failed one's start and end, and the p50 and p99 latency of those answered. Standard library only.
+(refused by the router, counted), after it (each must succeed). ``phases`` gives per named span the requests started
+in it (sent, failed, each failed one's start and end, the p50 and p99 latency of those answered), the requests that
+ended in it (ended, of which failed) and those running when it began (a kill's or a restart's requests in flight).
+Standard library only.
 """
 from __future__ import annotations
 
@@ -101,8 +103,13 @@ def phases(path: str, spans: list[str]) -> dict:
         inside = [r for r in rows if float(start) <= r["start"] < float(end)]
         answered = [r["end"] - r["start"] for r in inside if r["status"] == 200]
         failed = [r for r in inside if r["status"] != 200]
+        ended = [r for r in rows if float(start) <= r["end"] < float(end)]
+        running = [r for r in rows if r["start"] < float(start) <= r["end"]]
         out[name] = {"sent": len(inside), "failed": len(failed), "p50_ms": _percentile(answered, 0.50),
                      "p99_ms": _percentile(answered, 0.99),
+                     "ended": len(ended), "ended_failed": sum(r["status"] != 200 for r in ended),
+                     "running_at_start": len(running),
+                     "running_at_start_failed": sum(r["status"] != 200 for r in running),
                      "failures": [{"start": r["start"], "end": r["end"], "status": r["status"], "error": r["error"][:80]}
                                   for r in failed][:20]}
     return out
