@@ -29,18 +29,7 @@ EXPRESSION = re.compile(r"\{\{.*?\}\}", re.S)
 # Files over the limits, each naming what is over: the scenarios that run on request only, whose YAML changes when
 # they run next in the lab. Empty it as they are fixed (the test fails when a file listed here is no longer over, so
 # the list cannot go stale).
-PENDING: dict[str, list[str]] = {
-    "extensions/molecule/four/verify.yml": ["expression of 204 characters at line 64"],
-    "extensions/molecule/guard/side_effect.yml": [
-        "message template (msg) of 516 characters: double fault: restore aborted {{ '%.1f' | format(guard_abort...",
-        "condition (until) of 236 characters: guard_hook.stdout_lines | map('from_json') | map(attribute='...",
-        "condition (until) of 203 characters: guard_prom_alerts.json is defined and guard_prom_alerts.json...",
-    ],
-    "extensions/molecule/pairs/side_effect.yml": [
-        "condition (that) of 294 characters: (pairs_after.container.Id == pairs_before.container.Id and p...",
-    ],
-    "extensions/molecule/shared/tasks/follow_load_ended.yml": ["expression of 203 characters at line 28"],
-}
+PENDING: dict[str, list[str]] = {}
 
 
 def collapsed(text: str) -> str:
