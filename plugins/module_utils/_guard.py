@@ -549,8 +549,8 @@ def arm_changes(state: GuardState, baseline: dict[str, str]) -> bool:
 def arm_reason(state_text: str | None, maintenance_held: bool, serving: dict[str, str], ranks: list[str]) -> str | None:
     """Why a run must arm the guard now; None when arming would change nothing.
 
-    state_text is the head's state file as read in this run (None: absent), maintenance_held whether the maintenance
-    lock file exists, serving each rank's serve container start (Docker's State.StartedAt) as read in this run by a
+    state_text is the head's state file as read in this run (None: absent), maintenance_held whether a maintenance
+    lock of another run is held (the caller gives its own lock back either way), serving each rank's serve container start (Docker's State.StartedAt) as read in this run by a
     caller that started nothing since (empty: the caller started the group, or did not read it)."""
     missing = [rank for rank in ranks if not serving.get(rank)]
     if missing:
@@ -562,7 +562,9 @@ def arm_reason(state_text: str | None, maintenance_held: bool, serving: dict[str
     if maintenance_held:
         return "a maintenance lock is held"
     state = state_from_json(state_text)
-    if state.status != "armed":
+    # in maintenance under the caller's own lock (a lock of another run is maintenance_held): the caller gives it back,
+    # and the guard, released, keeps what serves then; a disarmed or given-up guard never enters maintenance
+    if state.status not in ("armed", "maintenance"):
         return f"the guard is {state.status}"
     if dict(state.baseline) != {rank: serving[rank] for rank in ranks}:
         return "the guard keeps another group (its container starts differ)"

@@ -119,7 +119,10 @@ class Plan:
                 "attempt": self.state.get("attempt", 0), "kv": self.state.get("kv", {}),
                 "max_model_len": self.state.get("max_model_len"), "notes": list(self.state.get("notes", [])),
                 "image": dict(self.state.get("image", {})),
-                "serving": dict(self.state.get("serving", {})), "steps": list(self.state.get("steps", []))}
+                "serving": dict(self.state.get("serving", {})), "steps": list(self.state.get("steps", [])),
+                # the launch's one start loop runs over the first plan's: the starts it may make (each planned by the
+                # one before it; a start that serves, or a failure, leaves the rest idle through `step`)
+                "attempts": list(range(1, MAX_ATTEMPTS + 1)) if self.step in STARTS else []}
 
 
 Render = Callable[[Mapping[str, Any]], "dict[str, dict[str, Any]]"]

@@ -90,7 +90,10 @@ options:
     description: The text of the guard's state file on the head as read in this run (absent when there is none).
     type: str
   maintenance_held:
-    description: Whether the maintenance lock file exists on the head, as read in this run.
+    description:
+      - Whether a maintenance lock of another run is held on the head, as read in this run (the lock file exists and
+        this run did not take it). A lock the caller took itself (the guard role's C(guard_maintenance_holder)) is not
+        a reason to arm: the caller gives it back either way.
     type: bool
     default: false
   ssh_config:

@@ -141,6 +141,15 @@ any_exists:
   description: Some node has a serve container (a start stops it first).
   returned: success
   type: bool
+attempts:
+  description:
+    - The starts a launch may make, C([1, 2, 3]), when this step starts the group (C(start), C(calibrate), C(refit));
+      empty otherwise. The launch role's one start loop runs over the first plan's list; each start is planned by the
+      one before it, and once a start serves or the plan fails the remaining turns do nothing.
+  returned: success
+  type: list
+  elements: int
+  sample: [1, 2, 3]
 attempt:
   description: How many starts this launch has planned so far (0 when nothing starts).
   returned: success

@@ -94,9 +94,12 @@ def test_teardown_and_a_guard_turned_off_run_disarm():
     teardown = _load(ROOT / "roles" / "operations" / "tasks" / "teardown.yml")
     assert teardown[0]["ansible.builtin.include_role"] == {"name": "dgxspark.vllm.guard", "tasks_from": "disarm",
                                                            "apply": {"tags": ["teardown"]}}
-    launch = _load(ROOT / "roles" / "launch" / "tasks" / "main.yml")
-    off = [task for task in launch if task.get("ansible.builtin.include_role", {}).get("tasks_from") == "disarm"]
-    assert [task["when"] for task in off] == ["not dgxspark_vllm_config.guard"]
+    # the launch's playbook (before the launch), and the upgrade's relaunch (before it stops the group)
+    launch = [task for play in _load(ROOT / "playbooks" / "launch.yml") for task in play.get("tasks", [])]
+    relaunch = _load(ROOT / "roles" / "upgrade" / "tasks" / "relaunch.yml")
+    for tasks in (launch, relaunch):
+        off = [task for task in tasks if task.get("ansible.builtin.include_role", {}).get("tasks_from") == "disarm"]
+        assert [task["when"] for task in off] == ["not dgxspark_vllm_config.guard"]
 
 
 def test_the_webhook_url_file_is_root_only_no_log_what_the_next_read_compares_and_under_the_removed_folder():

@@ -473,6 +473,15 @@ def test_arm_reason_says_why_a_run_must_arm_and_none_when_arming_changes_nothing
     assert G.arm_reason(armed, False, dict(BASELINE, spark3=""), ranks) == "no container start read for spark3"
     assert G.arm_reason(None, False, dict(BASELINE), ranks) == "the guard has no state file yet"
     assert G.arm_reason(armed, True, dict(BASELINE), ranks) == "a maintenance lock is held"
+    # the caller's own lock (taken once per run, given back when it is done): the guard in maintenance under it keeps
+    # this group once released, so arming changes nothing; its restores still count
+    held = G.GuardState(status="maintenance", baseline=dict(BASELINE), since=NOW).to_json()
+    assert G.arm_reason(held, False, dict(BASELINE), ranks) is None
+    assert G.arm_reason(held, False, dict(BASELINE, spark2=T2), ranks) == (
+        "the guard keeps another group (its container starts differ)")
+    held_restored = G.GuardState(status="maintenance", baseline=dict(BASELINE), attempts=[attempt(NOW - 5, ok=True)])
+    assert G.arm_reason(held_restored.to_json(), False, dict(BASELINE), ranks) == (
+        "the guard has restores not yet forgotten (arming starts its window anew)")
     disarmed = G.GuardState(status="disarmed", baseline=dict(BASELINE)).to_json()
     assert G.arm_reason(disarmed, False, dict(BASELINE), ranks) == "the guard is disarmed"
     assert G.arm_reason(armed, False, dict(BASELINE, spark2=T2), ranks) == (

@@ -345,6 +345,8 @@ def test_a_group_found_serving_and_answering_is_done_after_one_read() -> None:
     assert longer.as_result()["serving"] == {HEAD: started, WORKER: started}
     # the path each took: one plan, or the API check and /metrics in between
     assert (done.as_result()["steps"], longer.as_result()["steps"]) == (["done"], ["nothing", "done"])
+    # nothing to start: the launch's start loop has no turn
+    assert done.as_result()["attempts"] == longer.as_result()["attempts"] == []
     assert done.message == longer.message == (
         f"KV cache: {ONE_GIB} bytes (recorded {EARLIER} in {RECORD} for key {key}); 4194304 "
         "tokens (from the engine's /metrics) at max-model-len 4096.")
@@ -714,9 +716,10 @@ def test_the_result_carries_the_step_and_what_the_next_call_needs() -> None:
     cfg, states = config(), nodes()
     result = run(cfg, states).as_result()
     assert set(result) == {"step", "specs", "state", "message", "stop_first", "any_exists", "attempt", "kv",
-                           "max_model_len", "notes", "serving", "image", "steps"}
+                           "max_model_len", "notes", "serving", "image", "steps", "attempts"}
     assert (result["step"], result["attempt"], result["max_model_len"], result["notes"]) == ("calibrate", 1, "4096",
                                                                                              [])
+    assert result["attempts"] == list(range(1, MAX_ATTEMPTS + 1))
     assert result["kv"] == result["state"]["kv"]
     assert set(result["specs"]) == {HEAD, WORKER}
     assert result["specs"][WORKER]["container"]["command"][-1] == "--headless"

@@ -1,0 +1,121 @@
+# Copyright: Contributors to the dgxspark.vllm collection
+# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
+"""The launch a reader can follow: the launch role ends when the group serves (the guard is the playbook's, before and
+after it), one start loop over the planner's attempts, and a short include chain."""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Iterator
+
+import yaml
+
+ROOT = Path(__file__).resolve().parents[3]
+ROLES = ROOT / "roles"
+LAUNCH = ROLES / "launch" / "tasks"
+INCLUDES = ("import_tasks", "include_tasks")
+ROLE_INCLUDES = ("import_role", "include_role")
+
+
+def _load(path: Path) -> Any:
+    return yaml.safe_load(path.read_text(encoding="utf-8")) or []
+
+
+def _tasks(items: list[dict[str, Any]]) -> Iterator[dict[str, Any]]:
+    """Every task of a task list, those in blocks (and their rescue and always) too, each block before its tasks."""
+    for task in items or []:
+        yield task
+        for part in ("block", "rescue", "always"):
+            yield from _tasks(task.get(part, []))
+
+
+def _action(task: dict[str, Any]) -> tuple[str, Any]:
+    for key, value in task.items():
+        if key.rpartition(".")[2] in INCLUDES + ROLE_INCLUDES:
+            return key.rpartition(".")[2], value
+    return "", None
+
+
+def _edges(path: Path) -> list[Path]:
+    """The task files one task file imports or includes (tasks_from, or the role's main)."""
+    out = []
+    for task in _tasks(_load(path)):
+        kind, value = _action(task)
+        if kind in INCLUDES:
+            out.append(path.parent / (value["file"] if isinstance(value, dict) else value))
+        elif kind in ROLE_INCLUDES:
+            name = value["name"].rpartition(".")[2]
+            out.append(ROLES / name / "tasks" / f"{value.get('tasks_from', 'main')}.yml")
+    return out
+
+
+def _chain(path: Path, seen: tuple[Path, ...] = ()) -> tuple[int, set[Path]]:
+    """The longest include chain from a file (a file that includes itself counts once) and every file it reaches."""
+    if path in seen:
+        return 0, {path}
+    depth, files = 0, {path}
+    for target in _edges(path):
+        below, reached = _chain(target, seen + (path,))
+        depth, files = max(depth, below + 1), files | reached
+    return depth, files
+
+
+def test_a_launch_reaches_few_files_three_includes_deep_and_none_of_the_guard() -> None:
+    depth, files = _chain(LAUNCH / "main.yml")
+    names = sorted(str(path.relative_to(ROLES)) for path in files)
+    assert depth <= 3, names
+    # main, node_facts, plan, attempt, served; cluster stop, follow_job, api_check, api_headers; cache_flush start, stop
+    assert len(files) <= 11, names
+    assert not [name for name in names if name.startswith("guard/")], names
+
+
+def test_one_start_loop_over_the_planners_attempts() -> None:
+    main = _load(LAUNCH / "main.yml")
+    includes = [task for task in _tasks(main) if _action(task)[0] in INCLUDES + ROLE_INCLUDES]
+    attempts = [task for task in includes if "attempt.yml" in str(_action(task)[1])]
+    assert len(attempts) == 1
+    loop = attempts[0]
+    assert loop["loop"] == "{{ launch_plan.attempts }}"
+    assert loop["loop_control"]["loop_var"] == "__launch_attempt"
+    # a loop's condition is judged for every item before the first runs: only what no turn changes may be in it
+    assert "launch_plan" not in str(loop.get("when", ""))
+    assert not (LAUNCH / "start.yml").exists() and not (LAUNCH / "start_group.yml").exists()
+
+
+def test_a_turn_is_judged_once_then_runs_the_start_and_the_diagnosis() -> None:
+    first, turn = _load(LAUNCH / "attempt.yml")[:2]
+    assert first["ansible.builtin.set_fact"] == {"__launch_turn": "{{ launch_plan.step in __launch_starts }}"}
+    # the plan changes inside the turn: its tasks must not ask launch_plan.step whether to run, the turn flag does
+    assert turn["when"] == "__launch_turn | bool"
+    names = [task.get("name", "") for task in turn["block"]]
+    assert names[-1] == "Fail with the diagnosis" and "Plan what follows this start" in names
+    assert len(_load(LAUNCH / "attempt.yml")) == 2
+
+
+def test_the_launch_playbook_keeps_the_guard_out_then_arms_it_in_its_own_play() -> None:
+    plays = _load(ROOT / "playbooks" / "launch.yml")
+    assert [play["hosts"] for play in plays] == ["spark_cluster"] * 3
+    before, launch, after = plays
+
+    def guard_entries(play: dict[str, Any]) -> list[str]:
+        return [_action(task)[1].get("tasks_from", "main") for task in _tasks(play["tasks"])
+                if _action(task)[0] == "include_role" and _action(task)[1]["name"] == "dgxspark.vllm.guard"]
+
+    assert guard_entries(before) == ["maintenance", "disarm"]
+    assert guard_entries(launch) == []
+    assert guard_entries(after) == ["main"]
+    arm = [task for task in _tasks(after["tasks"]) if _action(task)[0] == "include_role"][0]
+    # a failed upgrade's launch is the rollback's: no guard armed with it
+    assert "upgrade_failure is not defined" in arm["when"]
+    assert arm["vars"] == {"guard_serving": "{{ launch_plan.serving }}"}
+
+
+def test_only_the_step_that_took_the_maintenance_lock_releases_it() -> None:
+    staging = _load(ROOT / "playbooks" / "staging.yml")
+    holders = [task.get("vars", {}).get("guard_holder") for play in staging for task in _tasks(play.get("tasks", []))
+               if _action(task)[0] == "include_role" and _action(task)[1]["name"] == "dgxspark.vllm.guard"]
+    assert holders == ["staging", "staging"]
+    release = _load(ROLES / "guard" / "tasks" / "release.yml")
+    command = [task for task in release if "ansible.builtin.command" in task][0]
+    assert "__guard_release_mine" in command["when"][0]
+    mine = command["vars"]["__guard_release_mine"]
+    assert "guard_maintenance_holder" in mine and "guard_holder | default(ansible_play_name)" in mine
