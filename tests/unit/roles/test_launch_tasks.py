@@ -101,7 +101,11 @@ def test_the_launch_playbook_keeps_the_guard_out_then_arms_it_in_its_own_play() 
                 if _action(task)[0] == "include_role" and _action(task)[1]["name"] == "dgxspark.vllm.guard"]
 
     assert guard_entries(before) == ["maintenance", "disarm"]
-    assert guard_entries(launch) == []
+    # only in the launch's rescue: a launch that stopped nothing (a refusal) gives the run's lock back
+    assert guard_entries(launch) == ["release"]
+    give_back = [task for task in launch["tasks"][0]["rescue"] if _action(task)[0] == "include_role"][0]
+    assert _action(give_back)[1]["tasks_from"] == "release"
+    assert "launch_plan.attempt | default(0) == 0" in give_back["when"][0]
     assert guard_entries(after) == ["main"]
     arm = [task for task in _tasks(after["tasks"]) if _action(task)[0] == "include_role"][0]
     # a failed upgrade's launch is the rollback's: no guard armed with it
