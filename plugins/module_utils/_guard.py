@@ -550,8 +550,9 @@ def arm_reason(state_text: str | None, maintenance_held: bool, serving: dict[str
     """Why a run must arm the guard now; None when arming would change nothing.
 
     state_text is the head's state file as read in this run (None: absent), maintenance_held whether a maintenance
-    lock of another run is held (the caller gives its own lock back either way), serving each rank's serve container start (Docker's State.StartedAt) as read in this run by a
-    caller that started nothing since (empty: the caller started the group, or did not read it)."""
+    lock of another run is held (the caller gives its own lock back either way), serving each rank's serve container
+    start (Docker's State.StartedAt) as read in this run by a caller that started nothing since (empty: the caller
+    started the group, or did not read it)."""
     missing = [rank for rank in ranks if not serving.get(rank)]
     if missing:
         if not serving:

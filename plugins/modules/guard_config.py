@@ -92,8 +92,8 @@ options:
   maintenance_held:
     description:
       - Whether a maintenance lock of another run is held on the head, as read in this run (the lock file exists and
-        this run did not take it). A lock the caller took itself (the guard role's C(guard_maintenance_holder)) is not
-        a reason to arm: the caller gives it back either way.
+        this run did not take it). A lock the caller took itself (the guard role's C(guard_maintenance_holder)) is no
+        reason to arm, since the caller gives it back either way.
     type: bool
     default: false
   ssh_config:

@@ -70,6 +70,7 @@ def test_threads_racing_end_with_one_key(tmp_path) -> None:
 def test_a_key_file_that_cannot_be_trusted_is_refused_and_left(tmp_path, plant, message) -> None:
     path = str(tmp_path / "api-key")
     plant(path)
+
     def identity(path: str) -> tuple[int, ...]:   # not the access time: reading the file may move it
         found = os.lstat(path)
         return found.st_ino, found.st_mode, found.st_size, found.st_mtime_ns, found.st_uid
