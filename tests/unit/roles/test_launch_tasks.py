@@ -122,4 +122,5 @@ def test_only_the_step_that_took_the_maintenance_lock_releases_it() -> None:
     command = [task for task in release if "ansible.builtin.command" in task][0]
     assert "__guard_release_mine" in command["when"][0]
     mine = command["vars"]["__guard_release_mine"]
-    assert "guard_maintenance_holder" in mine and "guard_holder | default(ansible_play_name)" in mine
+    assert "__guard_held_by | length > 0" in mine and "guard_holder | default(ansible_play_name)" in mine
+    assert "guard_maintenance_holder" in command["vars"]["__guard_held_by"]
