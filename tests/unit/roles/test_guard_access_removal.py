@@ -33,6 +33,8 @@ def _variables() -> dict:
     env = jinja2.Environment(undefined=jinja2.StrictUndefined)
     env.globals["query"] = _query
     variables = dict(_load(ROOT / "roles" / "guard" / "defaults" / "main.yml"))
+    # what vars/main.yml reads of the play: the resolved configuration's head, and the head's facts (none here)
+    variables.update(dgxspark_vllm_config={"head": "lab-head"}, hostvars={"lab-head": {}})
     for key, value in _load(ROOT / "roles" / "guard" / "vars" / "main.yml").items():
         variables[key] = env.from_string(value).render(**variables) if isinstance(value, str) else value
     # what access.yml takes from dgxspark.vllm.guard_config's plan: the role's own paths and account (prepare.yml)

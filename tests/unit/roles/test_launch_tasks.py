@@ -123,4 +123,16 @@ def test_only_the_step_that_took_the_maintenance_lock_releases_it() -> None:
     assert "__guard_release_mine" in command["when"][0]
     mine = command["vars"]["__guard_release_mine"]
     assert "__guard_held_by | length > 0" in mine and "guard_holder | default(ansible_play_name)" in mine
-    assert "guard_maintenance_holder" in command["vars"]["__guard_held_by"]
+    # the holder is read in one place, the role's vars (every entry point: maintenance, release, arm, prepare)
+    held_by = _load(ROLES / "guard" / "vars" / "main.yml")["__guard_held_by"]
+    assert "hostvars[dgxspark_vllm_config.head].guard_maintenance_holder" in held_by
+    tasks = "".join((ROLES / "guard" / "tasks" / name).read_text() for name in ("maintenance.yml", "release.yml",
+                                                                                 "arm.yml", "prepare.yml"))
+    assert "guard_maintenance_holder | default" not in tasks
+    # the arm that is left out gives the lock back through release.yml, under whichever step of the run holds it
+    arm = _load(ROLES / "guard" / "tasks" / "arm.yml")
+    give_back = [task for task in arm if "ansible.builtin.include_tasks" in task]
+    assert [task["ansible.builtin.include_tasks"]["file"] for task in give_back] == ["release.yml"]
+    assert give_back[0]["vars"] == {"guard_holder": "{{ __guard_held_by }}"}
+    assert give_back[0]["when"] == "not __guard_plan.arm"
+    assert not [task for task in arm if "release" in str(task.get("ansible.builtin.command", {}).get("argv", []))]
