@@ -5,6 +5,8 @@
 # docker records it) to its rendezvous line, plus the head's container start to its "Application startup
 # complete." The gap between the worker's rendezvous and the head's start is the launch's own latency (noticing
 # the rendezvous, starting the head's container) and counts as overhead.
+# The group guard is installed before the launch (site.yml's cache_flush step, timed and printed apart) and armed by
+# the launch's last play, which the wall time counts.
 # Usage: bench/launch.sh   (brings the lab up and stages the model if needed; leaves the serve running)
 # The no-op re-run is measured BENCH_NOOP_RUNS times (default 3) right after the launch; the ratio is the median's.
 # The lab's nodes share this machine's kernel, so each page-cache flush on a node (the launch's flush service, and the
@@ -23,6 +25,11 @@ ansible-playbook -i $inv playbooks/firewall.yml playbooks/staging.yml playbooks/
 ansible-playbook -i $inv playbooks/launch.yml >/dev/null
 ansible-playbook -i $inv playbooks/teardown.yml >/dev/null        # a cold launch: no serve container
 tmp=$ROOT/bench/out/launch-$(date +%Y%m%d-%H%M%S); mkdir -p "$tmp"
+# the step before the launch in site.yml: the teardown disarmed the group guard and removed its access; cache_flush.yml
+# installs it again, not armed (the launch's last play arms it). Timed apart: site.yml's cost, not the launch's.
+g0=$(date +%s.%N)
+ansible-playbook -i $inv playbooks/cache_flush.yml >"$tmp/install.out"
+guard_install=$(echo "$(date +%s.%N) - $g0" | bc)
 t0=$(date +%s.%N)
 extra=(); [ -z "${BENCH_EXTRA_VARS:-}" ] || extra=(-e "$BENCH_EXTRA_VARS")
 ANSIBLE_CALLBACKS_ENABLED=ansible.posix.profile_tasks PROFILE_TASKS_TASK_OUTPUT_LIMIT=${BENCH_TASKS:-12} \
@@ -51,7 +58,7 @@ head=$(docker exec dgxlab-head docker inspect --format '{{.State.StartedAt}}' vl
 # the rendezvous as the launch's wait recognises it (plugins/module_utils/_vllm_log.py, phase rendezvous)
 rdv=$(grep -m1 -E 'Launching vLLM.*headless multiproc executor|world_size=[0-9]+ rank=[0-9]+' "$tmp/worker.log" | cut -d' ' -f1)
 ready=$(grep -m1 'Application startup complete' "$tmp/head.log" | cut -d' ' -f1)
-python3 - "$t0" "$t1" "$first" "$rdv" "$head" "$ready" "$flushes" "${noops[@]}" <<'PY'
+python3 - "$t0" "$t1" "$first" "$rdv" "$head" "$ready" "$flushes" "$guard_install" "${noops[@]}" <<'PY'
 import statistics
 import sys
 from datetime import datetime
@@ -60,7 +67,8 @@ def ts(s):
     return datetime.fromisoformat(s.rstrip("Z")[:26]).timestamp()
 first, rdv, head, ready = (ts(x) for x in sys.argv[3:7])
 flushes = int(sys.argv[7])
-noops = [float(x) for x in sys.argv[8:]]
+guard_install = float(sys.argv[8])
+noops = [float(x) for x in sys.argv[9:]]
 engine = (rdv - first) + (ready - head)
 launch, noop = t1 - t0, statistics.median(noops)
 print(f"launch wall time           {launch:7.1f} s")
@@ -73,6 +81,8 @@ print(f"  after the head serves    {t1 - ready:7.1f} s  (head ready -> playbook 
 print(f"  (worker start -> head ready, the gap included: {ready - first:.1f} s)")
 print(f"no-op re-run               {noop:7.1f} s  ratio {noop / 5:.2f} of the 5 s goal"
       f"  (median of {len(noops)}: {', '.join(f'{x:.1f}' for x in noops)} s)")
+print(f"before the launch          {guard_install:7.1f} s  (cache_flush.yml after the teardown: the flush service read, the"
+      f" group guard installed, not armed; site.yml's step before the launch, not counted above)")
 print(f"page-cache flushes         {flushes:7d}    on the lab's nodes while measured (each drops this machine's cache)")
 PY
 echo "slowest tasks of the launch (ansible.posix.profile_tasks):"

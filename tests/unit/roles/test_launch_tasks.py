@@ -136,3 +136,22 @@ def test_only_the_step_that_took_the_maintenance_lock_releases_it() -> None:
     assert give_back[0]["vars"] == {"guard_holder": "{{ __guard_held_by }}"}
     assert give_back[0]["when"] == "not __guard_plan.arm"
     assert not [task for task in arm if "release" in str(task.get("ansible.builtin.command", {}).get("argv", []))]
+
+
+def test_the_guard_is_installed_before_the_launch_so_the_play_after_it_only_arms() -> None:
+    """site.yml's step before the launch (cache_flush.yml) installs the guard, not armed: the launch's last play finds
+    it installed, off the launch's critical path (bench/launch.sh times the install apart)."""
+    site = [entry["ansible.builtin.import_playbook"] for entry in _load(ROOT / "playbooks" / "site.yml")
+            if "ansible.builtin.import_playbook" in entry]
+    assert site.index("cache_flush.yml") < site.index("launch.yml")
+    plays = _load(ROOT / "playbooks" / "cache_flush.yml")
+    assert [play["hosts"] for play in plays] == ["spark_cluster", "spark_cluster"]
+    install = [task for task in _tasks(plays[1]["tasks"]) if _action(task)[0] == "include_role"]
+    assert [(_action(task)[1]["name"], _action(task)[1]["tasks_from"]) for task in install] == [
+        ("dgxspark.vllm.guard", "prepare")]
+    assert install[0]["when"] == "dgxspark_vllm_config.guard"
+    assert "guard_serving" not in install[0].get("vars", {})   # no arm decided here: prepare's default, nothing
+    bench = (ROOT / "bench" / "launch.sh").read_text(encoding="utf-8")
+    teardown = bench.index("playbooks/teardown.yml")
+    install_run = bench.index('playbooks/cache_flush.yml >"$tmp/install.out"')
+    assert teardown < install_run < bench.index("t0=$(date")
