@@ -49,6 +49,17 @@ STARTS: tuple[str, ...] = ("start", "calibrate", "refit")
 MAX_ATTEMPTS = 3
 """A calibration start, a refit start and the start with the fit's budget. A calibrated budget that then does not fit
 would need a fourth: the launch fails instead, and the next one starts once from what the record kept."""
+
+
+def starts_at_most(calibrates: bool, accepts_fit: bool) -> int:
+    """How many starts a launch may make, from its first plan: a start that serves is the last; a calibration start
+    is followed by the start with its budget; only a max-model-len that may be refitted (the inventory's
+    accept_estimated_max_model_len) adds a refit start (and a calibration it may need): the most, MAX_ATTEMPTS."""
+    if accepts_fit:
+        return MAX_ATTEMPTS
+    return 2 if calibrates else 1
+
+
 WAIT_NAMES: tuple[str, ...] = ("rendezvous", "load", "serve", "alive")
 """The waits of one start, in order (a rank takes part in some): workers at their rendezvous, every rank's load,
 the head serving, every worker still up with the head's API answering from it."""
@@ -122,7 +133,7 @@ class Plan:
                 "serving": dict(self.state.get("serving", {})), "steps": list(self.state.get("steps", [])),
                 # the launch's one start loop runs over the first plan's: the starts it may make (each planned by the
                 # one before it; a start that serves, or a failure, leaves the rest idle through `step`)
-                "attempts": list(range(1, MAX_ATTEMPTS + 1)) if self.step in STARTS else []}
+                "attempts": list(range(1, int(self.state.get("starts", 0)) + 1)) if self.step in STARTS else []}
 
 
 Render = Callable[[Mapping[str, Any]], "dict[str, dict[str, Any]]"]
@@ -467,7 +478,7 @@ def plan(config: Mapping[str, Any], nodes: Mapping[str, Mapping[str, Any]], rend
                    or folders_refusal(order, nodes))
         if refused:   # before the maintenance lock and before anything is stopped
             return finish("fail", specs, kv, refused, any_exists=any_exists)
-        state["attempt"] = 1
+        state.update(attempt=1, starts=starts_at_most(kv.source == "calibrate", calibration.accept_estimated_max_model_len))
         return finish("calibrate" if kv.source == "calibrate" else "start", specs, kv, any_exists=any_exists)
 
     last = state.get("step")

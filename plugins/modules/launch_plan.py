@@ -143,9 +143,11 @@ any_exists:
   type: bool
 attempts:
   description:
-    - The starts a launch may make, C([1, 2, 3]), when this step starts the group (C(start), C(calibrate), C(refit));
-      empty otherwise. The launch role's one start loop runs over the first plan's list; each start is planned by the
-      one before it, and once a start serves or the plan fails the remaining turns do nothing.
+    - The starts a launch may make, when this step starts the group (C(start), C(calibrate), C(refit)); empty
+      otherwise. C([1]) for a start with a known KV budget, C([1, 2]) for a calibration (then the start with its
+      budget), C([1, 2, 3]) when C(accept_estimated_max_model_len) may add a refit start. The launch role's one start
+      loop runs over the first plan's list; each start is planned by the one before it, and once a start serves or
+      the plan fails the remaining turns do nothing.
   returned: success
   type: list
   elements: int

@@ -120,7 +120,7 @@ def test_only_the_step_that_took_the_maintenance_lock_releases_it() -> None:
     assert holders == ["staging", "staging"]
     release = _load(ROLES / "guard" / "tasks" / "release.yml")
     command = [task for task in release if "ansible.builtin.command" in task][0]
-    assert "__guard_release_mine" in command["when"][0]
+    assert "__guard_release_mine" in command["when"] and command["ansible.builtin.command"]["removes"]
     mine = command["vars"]["__guard_release_mine"]
     assert "__guard_held_by | length > 0" in mine and "guard_holder | default(ansible_play_name)" in mine
     # the holder is read in one place, the role's vars (every entry point: maintenance, release, arm, prepare)

@@ -26,6 +26,7 @@ from ansible_collections.dgxspark.vllm.plugins.module_utils._launch_plan import 
     PlanError,
     described_nodes,
     plan,
+    starts_at_most,
 )
 from helpers.fixtures import read_log
 from helpers.launch import (
@@ -228,6 +229,31 @@ def test_calibration_off_leaves_the_size_to_vllm() -> None:
     assert (done.step, done.cache) == ("done", None)
     assert done.message == ("KV cache: sized by vLLM (no calibration (launch_kv_calibration: false)); 5085952 tokens "
                             "in the CPU pool, maximum concurrency 1241.69x at max-model-len 4096.")
+
+
+@pytest.mark.parametrize("calibrates, accepts_fit, expected", [
+    (False, False, 1), (True, False, 2), (False, True, MAX_ATTEMPTS), (True, True, MAX_ATTEMPTS)])
+def test_a_launch_may_make_only_the_starts_its_first_step_can_lead_to(calibrates: bool, accepts_fit: bool,
+                                                                      expected: int) -> None:
+    assert starts_at_most(calibrates, accepts_fit) == expected
+
+
+def test_the_start_loop_has_one_turn_per_start_the_path_can_take() -> None:
+    """Every path's starts fit in the first plan's attempts, and no more turns than it can take are walked."""
+    cfg, states = config(kv_cache_memory_bytes=ONE_GIB), nodes()
+    first = run(cfg, states)   # a known budget: one start; it serves, or fails with nothing to refit
+    assert first.as_result()["attempts"] == [1]
+    assert run(cfg, states, None, first, estimate_failure()).step == "fail"
+    cfg = config()
+    first = run(cfg, states)   # a calibration and the start with its budget
+    calibrated = run(cfg, states, None, first, good_start(*AUTO))
+    assert (first.as_result()["attempts"], calibrated.step, calibrated.state["attempt"]) == ([1, 2], "start", 2)
+    assert run(cfg, states, calibrated.cache, calibrated, estimate_failure()).step == "fail"
+    # a refit may follow either: the most, the refit's calibration and its start included
+    accepting = run(config(max_model_len=LONG), states, accept_estimated_max_model_len=True)
+    assert accepting.as_result()["attempts"] == list(range(1, MAX_ATTEMPTS + 1))
+    # a later plan keeps the first one's count (the loop reads the first plan's list only)
+    assert calibrated.as_result()["attempts"] == [1, 2]
 
 
 # ------------------------------------------------------------------------------------------ calibration
@@ -719,7 +745,7 @@ def test_the_result_carries_the_step_and_what_the_next_call_needs() -> None:
                            "max_model_len", "notes", "serving", "image", "steps", "attempts"}
     assert (result["step"], result["attempt"], result["max_model_len"], result["notes"]) == ("calibrate", 1, "4096",
                                                                                              [])
-    assert result["attempts"] == list(range(1, MAX_ATTEMPTS + 1))
+    assert result["attempts"] == [1, 2]   # a calibration, then the start with its budget
     assert result["kv"] == result["state"]["kv"]
     assert set(result["specs"]) == {HEAD, WORKER}
     assert result["specs"][WORKER]["container"]["command"][-1] == "--headless"
