@@ -126,8 +126,8 @@ def test_only_the_step_that_took_the_maintenance_lock_releases_it() -> None:
     # the holder is read in one place, the role's vars (every entry point: maintenance, release, arm, prepare)
     held_by = _load(ROLES / "guard" / "vars" / "main.yml")["__guard_held_by"]
     assert "hostvars[dgxspark_vllm_config.head].guard_maintenance_holder" in held_by
-    tasks = "".join((ROLES / "guard" / "tasks" / name).read_text() for name in ("maintenance.yml", "release.yml",
-                                                                                 "arm.yml", "prepare.yml"))
+    names = ("maintenance.yml", "release.yml", "arm.yml", "prepare.yml")
+    tasks = "".join((ROLES / "guard" / "tasks" / name).read_text(encoding="utf-8") for name in names)
     assert "guard_maintenance_holder | default" not in tasks
     # the arm that is left out gives the lock back through release.yml, under whichever step of the run holds it
     arm = _load(ROLES / "guard" / "tasks" / "arm.yml")
