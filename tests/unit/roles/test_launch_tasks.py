@@ -152,10 +152,10 @@ def test_the_guard_is_installed_before_the_launch_so_the_play_after_it_only_arms
     assert install[0]["when"] == "dgxspark_vllm_config.guard"
     # no arm decided here (prepare's default guard_serving); nothing started: the guard's unit requires the firewall's,
     # which only the launch insists on (cache_flush.yml runs alone too), and the launch's last play starts it
-    assert install[0]["vars"] == {"guard_start": False}
+    assert install[0]["vars"] == {"guard_install_only": True}
     start = [task for task in _load(ROLES / "guard" / "tasks" / "prepare.yml")
              if "ansible.builtin.systemd_service" in task and task["ansible.builtin.systemd_service"]["state"] == "started"]
-    assert len(start) == 1 and "guard_start | bool" in start[0]["when"]
+    assert len(start) == 1 and "not guard_install_only | bool" in start[0]["when"]
     bench = (ROOT / "bench" / "launch.sh").read_text(encoding="utf-8")
     teardown = bench.index("playbooks/teardown.yml")
     install_run = bench.index('playbooks/cache_flush.yml >"$tmp/install.out"')
