@@ -100,10 +100,11 @@ def file_state(path: str, data: bytes | None, wanted: str | None, read: bool) ->
     return state
 
 
-def differences(unit: Mapping[str, Any] | None, files: Sequence[Mapping[str, Any]], running: bool = True,
-                enabled: bool = True) -> list[str]:
+def differences(unit: Mapping[str, Any] | None, files: Sequence[Mapping[str, Any]], running: bool | None = True,
+                enabled: bool | None = True) -> list[str]:
     """What keeps the service from being as planned, one phrase each (empty: installed as planned, and the unit
-    active or not as ``running`` asks, enabled at boot or not as ``enabled`` asks)."""
+    active or not as ``running`` asks, enabled at boot or not as ``enabled`` asks; ``None``: either way, not
+    compared - a caller that installs and leaves the unit's state as it finds it)."""
     found: list[str] = []
     for item in files:
         if item["matches"] is None:
@@ -116,13 +117,13 @@ def differences(unit: Mapping[str, Any] | None, files: Sequence[Mapping[str, Any
         if not unit["loaded"]:
             found.append(f"the unit {unit['name']} is not installed ({unit['load_state'] or 'unknown'})")
         else:
-            if running and not unit["running"]:
+            if running is True and not unit["running"]:
                 found.append(f"the unit {unit['name']} is {unit['active_state'] or 'in an unknown state'}, not active")
-            elif not running and unit["active_state"] in _RUNNING_STATES:
+            elif running is False and unit["active_state"] in _RUNNING_STATES:
                 found.append(f"the unit {unit['name']} is {unit['active_state']}, not stopped")
-            if enabled and not unit["enabled"]:
+            if enabled is True and not unit["enabled"]:
                 found.append(f"the unit {unit['name']} is {unit['unit_file_state'] or 'not enabled'} at boot, "
                              "not enabled")
-            elif not enabled and unit["enabled"]:
+            elif enabled is False and unit["enabled"]:
                 found.append(f"the unit {unit['name']} is enabled at boot, not disabled")
     return found

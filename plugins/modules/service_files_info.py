@@ -25,13 +25,14 @@ options:
   running:
     description:
       - The unit's planned state. V(true), RV(current) needs it active; V(false), it must not be active, activating
-        or reloading (inactive or failed).
+        or reloading (inactive or failed); V(null), either (a caller that installs and leaves the unit running or
+        stopped as it finds it).
     type: bool
     default: true
   enabled:
     description:
       - Whether the unit is planned to start at boot. RV(current) needs it enabled (V(true)) or not enabled
-        (V(false)).
+        (V(false)); V(null), either.
     type: bool
     default: true
   files:

@@ -7,7 +7,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Iterator
 
+import jinja2
 import yaml
+from ansible.module_utils.parsing.convert_bool import boolean
 
 ROOT = Path(__file__).resolve().parents[3]
 ROLES = ROOT / "roles"
@@ -156,6 +158,20 @@ def test_the_guard_is_installed_before_the_launch_so_the_play_after_it_only_arms
     start = [task for task in _load(ROLES / "guard" / "tasks" / "prepare.yml")
              if "ansible.builtin.systemd_service" in task and task["ansible.builtin.systemd_service"]["state"] == "started"]
     assert len(start) == 1 and "not guard_install_only | bool" in start[0]["when"]
+    # nor is the follow-mode flush service started: before the first launch it would follow that load beside the
+    # launch's own flush service (the one the launch's verify reads); the arm's run of prepare starts it
+    follow = [task for task in _load(ROLES / "guard" / "tasks" / "prepare.yml")
+              if _action(task)[0] == "import_role" and _action(task)[1]["tasks_from"] == "follow"]
+    assert len(follow) == 1 and follow[0]["vars"]["cache_flush_follow_state"] == "{{ __guard_follow_state }}"
+    templates = jinja2.Environment(undefined=jinja2.StrictUndefined)
+    templates.filters["bool"] = boolean
+    state = templates.from_string(_load(ROLES / "guard" / "vars" / "main.yml")["__guard_follow_state"])
+    assert [state.render(guard_install_only=value) for value in (True, False)] == ["installed", "started"]
+    starts = [task for task in _load(ROLES / "cache_flush" / "tasks" / "follow_install.yml")
+              if "ansible.builtin.systemd_service" in task]
+    assert [task["when"][0] for task in starts] == ["cache_flush_follow_state == 'started'",
+                                                     "cache_flush_follow_state == 'installed'"]
+    assert "'started'" not in starts[1]["ansible.builtin.systemd_service"]["state"]   # restarted where it runs, or none
     bench = (ROOT / "bench" / "launch.sh").read_text(encoding="utf-8")
     teardown = bench.index("playbooks/teardown.yml")
     install_run = bench.index('playbooks/cache_flush.yml >"$tmp/install.out"')

@@ -80,6 +80,18 @@ def test_a_unit_planned_running_but_not_enabled_at_boot() -> None:
         f"the unit {UNIT} is not installed (not-found)"]
 
 
+@pytest.mark.parametrize("show", [RUNNING, DISABLED_FAILED, "LoadState=loaded\nActiveState=inactive\nUnitFileState=enabled\n"])
+def test_a_unit_whose_state_is_not_planned_is_judged_by_its_files_and_install_only(show: str) -> None:
+    # running/enabled None: an install that leaves the unit running or stopped as it finds it (cache_flush's follow
+    # entry point, state installed)
+    unit = unit_state(UNIT, parse_show(show))
+    assert differences(unit, [], running=None, enabled=None) == []
+    assert differences(unit, [file_state("/etc/a.json", b"x", "y", False)], running=None, enabled=None) == [
+        "/etc/a.json differs from the planned content"]
+    assert differences(unit_state(UNIT, parse_show(UNKNOWN)), [], running=None, enabled=None) == [
+        f"the unit {UNIT} is not installed (not-found)"]
+
+
 def test_files_given_a_name_are_found_by_it_and_the_others_only_in_the_list() -> None:
     files = [{"path": "/a", "name": "program"}, {"path": "/b"}, {"path": "/c", "name": "unit"}]
     states = [file_state(item["path"], b"x", None, False) for item in files]
