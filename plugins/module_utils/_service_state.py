@@ -14,6 +14,7 @@ from typing import Any, Mapping, Sequence
 UNIT_PROPERTIES: tuple[str, ...] = ("LoadState", "ActiveState", "UnitFileState")
 # ActiveState values of a unit that runs or is about to (a stop is still due for each)
 _RUNNING_STATES = ("active", "activating", "reloading")
+_STOPPED_STATES = ("inactive", "failed")
 
 
 def parse_show(text: str) -> dict[str, str]:
@@ -27,12 +28,14 @@ def parse_show(text: str) -> dict[str, str]:
 
 
 def unit_state(name: str, properties: Mapping[str, str]) -> dict[str, Any]:
-    """The unit as the caller judges it: loaded (its unit file exists), running (active) and enabled at boot."""
+    """The unit as the caller judges it: loaded (its unit file exists), running (active), stopped (inactive or
+    failed: not active, activating - a restart loop's wait too -, reloading or deactivating) and enabled at boot."""
     load = properties.get("LoadState", "")
     active = properties.get("ActiveState", "")
     enabled = properties.get("UnitFileState", "")
     return {"name": name, "load_state": load, "active_state": active, "unit_file_state": enabled,
-            "loaded": load == "loaded", "running": active == "active", "enabled": enabled == "enabled"}
+            "loaded": load == "loaded", "running": active == "active", "stopped": active in _STOPPED_STATES,
+            "enabled": enabled == "enabled"}
 
 
 class ServiceFilesError(ValueError):

@@ -25,14 +25,19 @@ options:
   running:
     description:
       - The unit's planned state. V(true), RV(current) needs it active; V(false), it must not be active, activating
-        or reloading (inactive or failed); V(null), either (a caller that installs and leaves the unit running or
-        stopped as it finds it).
+        or reloading (inactive or failed).
     type: bool
     default: true
   enabled:
     description:
       - Whether the unit is planned to start at boot. RV(current) needs it enabled (V(true)) or not enabled
-        (V(false)); V(null), either.
+        (V(false)).
+    type: bool
+    default: true
+  compare_state:
+    description:
+      - V(false), RV(current) needs the unit loaded only, whatever O(running) and O(enabled) say (a caller that
+        installs and leaves the unit running or stopped as it finds it).
     type: bool
     default: true
   files:
@@ -158,11 +163,15 @@ differences:
   elements: str
   sample: ["/etc/dgxspark/cache-flush-follow.json differs from the planned content"]
 unit:
-  description: The unit's state (null when O(unit) is not given).
+  description:
+    - The unit's state (null when O(unit) is not given). C(loaded), its unit file exists; C(running), active;
+      C(stopped), inactive or failed (not active, activating - a restart loop's wait too -, reloading or
+      deactivating); C(enabled), enabled at boot; and systemd's own C(load_state), C(active_state) and
+      C(unit_file_state).
   returned: always
   type: dict
   sample: {name: dgxspark-cache-flush-follow.service, load_state: loaded, active_state: active,
-           unit_file_state: enabled, loaded: true, running: true, enabled: true}
+           unit_file_state: enabled, loaded: true, running: true, stopped: false, enabled: true}
 files:
   description: One entry per O(files) item, in order, with C(path), C(exists), C(sha256), C(matches) (null
     without C(content)) and, with C(read), C(content) (null when the file is absent).
@@ -198,7 +207,7 @@ also:
       type: dict
       returned: always
   sample: {units: {dgxspark-group-guard.service: {name: dgxspark-group-guard.service, loaded: true, running: true,
-                                                   enabled: true}},
+                                                   stopped: false, enabled: true}},
            files: [{path: /etc/dgxspark/guard.json, exists: true, sha256: "1c0e...", matches: null, content: "{}"}],
            by_name: {guard_config: {path: /etc/dgxspark/guard.json, exists: true, sha256: "1c0e...", matches: null,
                                     content: "{}"}}}
@@ -236,6 +245,7 @@ def main() -> None:
             "unit": {"type": "str"},
             "running": {"type": "bool", "default": True},
             "enabled": {"type": "bool", "default": True},
+            "compare_state": {"type": "bool", "default": True},
             "files": {"type": "list", "elements": "dict", "default": [], "options": {
                 "path": {"type": "path", "required": True},
                 "name": {"type": "str"},
@@ -263,7 +273,9 @@ def main() -> None:
     unit = _unit(module, module.params["unit"]) if module.params["unit"] else None
     files = [file_state(item["path"], _read(module, item["path"]), item["content"], item["read"])
              for item in module.params["files"]]
-    found = differences(unit, files, module.params["running"], module.params["enabled"])
+    compared = module.params["compare_state"]
+    found = differences(unit, files, module.params["running"] if compared else None,
+                        module.params["enabled"] if compared else None)
     also_files = [file_state(item["path"], _read(module, item["path"]), None, item["read"]) for item in also["files"]]
     also_read = {"units": {name: _unit(module, name) for name in also["units"]}, "files": also_files,
                  "by_name": by_name(also["files"], also_files)}

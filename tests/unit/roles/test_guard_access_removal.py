@@ -9,6 +9,7 @@ import posixpath
 from pathlib import Path
 
 import jinja2
+import pytest
 import yaml
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -36,7 +37,10 @@ def _variables() -> dict:
     # what vars/main.yml reads of the play: the resolved configuration's head, and the head's facts (none here)
     variables.update(dgxspark_vllm_config={"head": "lab-head"}, hostvars={"lab-head": {}})
     for key, value in _load(ROOT / "roles" / "guard" / "vars" / "main.yml").items():
-        variables[key] = env.from_string(value).render(**variables) if isinstance(value, str) else value
+        try:
+            variables[key] = env.from_string(value).render(**variables) if isinstance(value, str) else value
+        except (jinja2.UndefinedError, jinja2.TemplateRuntimeError, jinja2.TemplateAssertionError):
+            variables[key] = value   # it reads a task's result or an Ansible filter: rendered where a test needs it
     # what access.yml takes from dgxspark.vllm.guard_config's plan: the role's own paths and account (prepare.yml)
     variables["__guard_plan"] = {"access": {"user": variables["guard_ssh_user"],
                                             "program": variables["__guard_worker_program"]}}
@@ -65,7 +69,11 @@ def _touched(tasks: list, variables: dict, removing: bool) -> tuple[set, set]:
                 continue
             raw = args.get("dest") or args.get("path") or args.get("creates")
             for item in ((task.get("loop") or [None]) if raw else []):
-                paths.add(_render(raw, dict(variables, item=_render(item, variables) if item else None)))
+                if isinstance(item, dict):   # {path, found}: what the item removes, and whether the read found it
+                    item = {"path": _render(item["path"], variables)}
+                elif item:
+                    item = _render(item, variables)
+                paths.add(_render(raw, dict(variables, item=item)))
     return paths, accounts
 
 
@@ -90,6 +98,47 @@ def test_disarm_removes_the_power_first_and_runs_after_the_guard_stopped():
     order = [next(i for i, name in enumerate(names) if word in name)
              for word in ("sudo rule", "Remove the account the guard's key logs in as", "authorized_keys", "SSH key")]
     assert stop < order[0] and order == sorted(order)
+
+
+def test_disarm_reads_each_node_once_and_removes_only_what_the_read_found():
+    """A node with nothing of the guard on it costs disarm one read (a launch with the guard off, a teardown of a
+    cluster never guarded): every removal and stop waits on that read, which looks at each thing removed."""
+    variables = _variables()
+    tasks = _load(TASKS / "disarm.yml")
+    read = tasks[0]
+    assert read["ansible.builtin.import_role"] == {"name": "dgxspark.vllm.cache_flush", "tasks_from": "follow"}
+    assert read["vars"]["cache_flush_follow_state"] == "stopped"
+    assert "__guard_disarm_head_read" in read["vars"]["cache_flush_read_also"]
+    assert "__guard_disarm_worker_read" in read["vars"]["cache_flush_read_also"]
+    raw = _load(ROOT / "roles" / "guard" / "vars" / "main.yml")
+    looked = {_render(item["path"], variables) for side in ("__guard_disarm_head_read", "__guard_disarm_worker_read")
+              for item in raw[side]["files"]}
+    removed, accounts = _touched(tasks, variables, removing=True)
+    for path in removed:   # the file itself, or a file the install puts in the folder
+        assert any(seen == path or seen.startswith(path + "/") for seen in looked), path
+    assert "/etc/passwd" in looked and accounts == {"dgxspark-guard"}
+    assert raw["__guard_disarm_head_read"]["units"] == ["{{ guard_service_name }}.service"]
+    for task in tasks[1:]:
+        when = task["when"] if isinstance(task["when"], list) else [task["when"]]
+        assert any(word in condition for condition in when
+                   for word in ("cache_flush_read", "__guard_disarm_", "item.found")), task["name"]
+    loop = [task for task in tasks if "loop" in task][0]
+    assert all("found" in item for item in loop["loop"])
+
+
+@pytest.mark.parametrize("passwd, found", [
+    ("root:x:0:0::/root:/bin/bash\ndgxspark-guard:x:998:998::/var/lib/dgxspark-guard:/bin/sh\n", True),
+    ("root:x:0:0::/root:/bin/bash\nxdgxspark-guard:x:1:1::/:/bin/sh\ndgxspark-guards:x:2:2::/:/bin/sh\n", False),
+])
+def test_disarm_finds_the_account_by_its_line_in_passwd(passwd: str, found: bool) -> None:
+    from ansible.plugins.filter.core import regex_escape
+    from ansible.plugins.test.core import match
+    env = jinja2.Environment(undefined=jinja2.StrictUndefined)
+    env.filters["regex_escape"] = regex_escape
+    env.tests["match"] = match
+    expression = _load(ROOT / "roles" / "guard" / "vars" / "main.yml")["__guard_disarm_account"]
+    read = {"also": {"by_name": {"passwd": {"content": passwd}}}}
+    assert env.from_string(expression).render(cache_flush_read=read, guard_ssh_user="dgxspark-guard") == str(found)
 
 
 def test_teardown_and_a_guard_turned_off_run_disarm():

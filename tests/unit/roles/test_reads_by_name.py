@@ -83,7 +83,8 @@ def _names(files: list) -> set[str]:
 
 def test_every_file_read_by_name_is_one_the_read_names() -> None:
     """cache_flush_read.by_name.<name> is one of the flush service's files (tasks/read.yml); the guard's
-    cache_flush_read.also.by_name.<name> one of the files the guard asks it to read alongside (tasks/prepare.yml)."""
+    cache_flush_read.also.by_name.<name> one of the files the guard asks it to read alongside (tasks/prepare.yml,
+    and disarm.yml's read, vars/main.yml)."""
     read = yaml.safe_load((ROOT / "roles/cache_flush/tasks/read.yml").read_text(encoding="utf-8"))
     program = yaml.safe_load((ROOT / "roles/cache_flush/vars/main.yml").read_text(encoding="utf-8"))
     # the program (and the module_utils part of it) read as 'program' (the node_program lookup's read_as), then the rest
@@ -92,9 +93,14 @@ def test_every_file_read_by_name_is_one_the_read_names() -> None:
     own = _names(read[0]["vars"]["__cache_flush_read_files"]) | {"program"}
     prepare = yaml.safe_load((ROOT / "roles/guard/tasks/prepare.yml").read_text(encoding="utf-8"))
     also = _names(prepare[0]["vars"]["__guard_head_read"]["files"]) | _names(prepare[0]["vars"]["__guard_worker_read"]["files"])
+    guard_vars = yaml.safe_load((ROOT / "roles/guard/vars/main.yml").read_text(encoding="utf-8"))
+    disarm = _names(guard_vars["__guard_disarm_head_read"]["files"]) | _names(guard_vars["__guard_disarm_worker_read"]["files"])
     assert own == {"program", "config", "unit"}
     assert also == {"config", "state", "maintenance", "public_key", "webhook", "host_key", "authorized_keys", "sudoers",
                     "program"}
+    assert disarm == {"program", "public_key", "known_hosts", "ssh_config", "webhook", "sudoers", "authorized_keys",
+                      "passwd"}
+    also |= disarm
     text = "".join(path.read_text(encoding="utf-8") for path in _files("roles", "playbooks", "extensions/molecule"))
     own_reads = set(re.findall(r"(?<!also\.)by_name\.(\w+)", text.replace("also.by_name", "also.BY_NAME")))
     also_reads = set(re.findall(r"also\.by_name\.(\w+)|'also', 'by_name', '(\w+)'", text))

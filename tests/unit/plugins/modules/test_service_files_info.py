@@ -63,6 +63,19 @@ def test_what_it_reads_alongside_never_makes_it_not_current(tmp_path: Path) -> N
     assert result["also"]["files"][0]["content"] is None
 
 
+@pytest.mark.parametrize("show", [ACTIVE, "LoadState=loaded\nActiveState=failed\nUnitFileState=disabled\n"])
+def test_with_compare_state_false_an_installed_unit_is_current_running_or_not(tmp_path: Path, show: str) -> None:
+    own = tmp_path / "flush.json"
+    own.write_text("planned")
+    args = {"unit": "flush.service", "files": [{"path": str(own), "content": "planned"}]}
+    result, _asked = _run(dict(args, compare_state=False), {"flush.service": show})
+    assert result["current"] is True and result["differences"] == []
+    assert result["unit"]["stopped"] is (show != ACTIVE)
+    # compared (the default), a stopped, disabled unit is a difference; not installed is one either way
+    assert _run(args, {"flush.service": show})[0]["current"] is (show == ACTIVE)
+    assert _run(dict(args, compare_state=False), {"flush.service": MISSING})[0]["current"] is False
+
+
 def test_without_also_the_result_has_an_empty_one(tmp_path: Path) -> None:
     result, asked = _run({"unit": "flush.service"}, {"flush.service": MISSING})
     assert asked == ["flush.service"]
