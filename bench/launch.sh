@@ -9,6 +9,8 @@
 # the launch's last play, which the wall time counts.
 # Usage: bench/launch.sh   (brings the lab up and stages the model if needed; leaves the serve running)
 # The no-op re-run is measured BENCH_NOOP_RUNS times (default 3) right after the launch; the ratio is the median's.
+# Beside it, as many runs of the floor (bench/noop_floor.yml): the least any no-op in the launch's shape costs on this
+# machine (two plays, the configuration and one read a node each), so that the no-op's own cost is the difference.
 # The lab's nodes share this machine's kernel, so each page-cache flush on a node (the launch's flush service, and the
 # guard's follow mode until the load ends) also drops the controller's cache: the bench counts them.
 # Env: BENCH_TASKS (how many of the slowest tasks to list, default 12); BENCH_EXTRA_VARS (one -e value for all
@@ -44,6 +46,13 @@ for i in $(seq 2 "${BENCH_NOOP_RUNS:-3}"); do
   ansible-playbook -i $inv playbooks/launch.yml "${extra[@]}" >"$tmp/noop$i.out"
   noops+=("$(echo "$(date +%s.%N) - $a" | bc)")
 done
+# the floor: the least any no-op in the launch's shape costs here (bench/noop_floor.yml), as many runs, median
+floors=()
+for i in $(seq 1 "${BENCH_NOOP_RUNS:-3}"); do
+  a=$(date +%s.%N)
+  ansible-playbook -i $inv bench/noop_floor.yml >"$tmp/floor$i.out"
+  floors+=("$(echo "$(date +%s.%N) - $a" | bc)")
+done
 since=$(date -u -d "@${t0%.*}" '+%Y-%m-%d %H:%M:%S')
 flushes=0
 for node in dgxlab-head dgxlab-worker; do
@@ -58,7 +67,7 @@ head=$(docker exec dgxlab-head docker inspect --format '{{.State.StartedAt}}' vl
 # the rendezvous as the launch's wait recognises it (plugins/module_utils/_vllm_log.py, phase rendezvous)
 rdv=$(grep -m1 -E 'Launching vLLM.*headless multiproc executor|world_size=[0-9]+ rank=[0-9]+' "$tmp/worker.log" | cut -d' ' -f1)
 ready=$(grep -m1 'Application startup complete' "$tmp/head.log" | cut -d' ' -f1)
-python3 - "$t0" "$t1" "$first" "$rdv" "$head" "$ready" "$flushes" "$guard_install" "${noops[@]}" <<'PY'
+python3 - "$t0" "$t1" "$first" "$rdv" "$head" "$ready" "$flushes" "$guard_install" "${floors[*]}" "${noops[@]}" <<'PY'
 import statistics
 import sys
 from datetime import datetime
@@ -68,7 +77,9 @@ def ts(s):
 first, rdv, head, ready = (ts(x) for x in sys.argv[3:7])
 flushes = int(sys.argv[7])
 guard_install = float(sys.argv[8])
-noops = [float(x) for x in sys.argv[9:]]
+floors = [float(x) for x in sys.argv[9].split()]
+noops = [float(x) for x in sys.argv[10:]]
+floor = statistics.median(floors)
 engine = (rdv - first) + (ready - head)
 launch, noop = t1 - t0, statistics.median(noops)
 print(f"launch wall time           {launch:7.1f} s")
@@ -81,6 +92,8 @@ print(f"  after the head serves    {t1 - ready:7.1f} s  (head ready -> playbook 
 print(f"  (worker start -> head ready, the gap included: {ready - first:.1f} s)")
 print(f"no-op re-run               {noop:7.1f} s  ratio {noop / 5:.2f} of the 5 s goal"
       f"  (median of {len(noops)}: {', '.join(f'{x:.1f}' for x in noops)} s)")
+print(f"no-op floor                {floor:7.1f} s  ratio {floor / 5:.2f} of the 5 s goal  (bench/noop_floor.yml: two plays,"
+      f" the configuration and one read a node each, median of {len(floors)}); the no-op spends {noop - floor:.1f} s above it")
 print(f"before the launch          {guard_install:7.1f} s  (cache_flush.yml after the teardown: the flush service read, the"
       f" group guard installed, not armed; site.yml's step before the launch, not counted above)")
 print(f"page-cache flushes         {flushes:7d}    on the lab's nodes while measured (each drops this machine's cache)")
