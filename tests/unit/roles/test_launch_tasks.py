@@ -108,6 +108,7 @@ def test_the_launch_playbook_keeps_the_guard_out_then_arms_it_in_its_own_play() 
     give_back = [task for task in launch["tasks"][0]["rescue"] if _action(task)[0] == "include_role"][0]
     assert _action(give_back)[1]["tasks_from"] == "release"
     assert "launch_plan.attempt | default(0) == 0" in give_back["when"][0]
+    assert give_back["vars"] == {"guard_release_any": True}   # the run's lock, whichever step took it
     assert guard_entries(after) == ["main"]
     arm = [task for task in _tasks(after["tasks"]) if _action(task)[0] == "include_role"][0]
     # a failed upgrade's launch is the rollback's: no guard armed with it
@@ -125,6 +126,12 @@ def test_only_the_step_that_took_the_maintenance_lock_releases_it() -> None:
     assert "__guard_release_mine" in command["when"] and command["ansible.builtin.command"]["removes"]
     mine = command["vars"]["__guard_release_mine"]
     assert "__guard_held_by | length > 0" in mine and "guard_holder | default(ansible_play_name)" in mine
+    assert "guard_release_any | bool or" in mine
+    # nothing outside the guard reads its holder fact: the launch's rescue releases with guard_release_any
+    outside = [path for folder in ("playbooks", "roles") for path in (ROOT / folder).rglob("*.yml")
+               if "roles/guard/" not in path.as_posix()
+               and "guard_maintenance_holder |" in path.read_text(encoding="utf-8")]
+    assert outside == []
     # the holder is read in one place, the role's vars (every entry point: maintenance, release, arm, prepare)
     held_by = _load(ROLES / "guard" / "vars" / "main.yml")["__guard_held_by"]
     assert "hostvars[dgxspark_vllm_config.head].guard_maintenance_holder" in held_by
@@ -135,7 +142,7 @@ def test_only_the_step_that_took_the_maintenance_lock_releases_it() -> None:
     arm = _load(ROLES / "guard" / "tasks" / "arm.yml")
     give_back = [task for task in arm if "ansible.builtin.include_tasks" in task]
     assert [task["ansible.builtin.include_tasks"]["file"] for task in give_back] == ["release.yml"]
-    assert give_back[0]["vars"] == {"guard_holder": "{{ __guard_held_by }}"}
+    assert give_back[0]["vars"] == {"guard_release_any": True}
     assert give_back[0]["when"] == "not __guard_plan.arm"
     assert not [task for task in arm if "release" in str(task.get("ansible.builtin.command", {}).get("argv", []))]
 
