@@ -48,9 +48,9 @@ for i in $(seq 2 "${BENCH_NOOP_RUNS:-3}"); do
 done
 # the floor: the least any no-op in the launch's shape costs here (bench/noop_floor.yml), as many runs, median
 floors=()
-for i in $(seq 1 "${BENCH_NOOP_RUNS:-3}"); do
+for i in $(seq 1 "$(( ${BENCH_NOOP_RUNS:-3} > 1 ? ${BENCH_NOOP_RUNS:-3} : 1 ))"); do
   a=$(date +%s.%N)
-  ansible-playbook -i $inv bench/noop_floor.yml >"$tmp/floor$i.out"
+  ansible-playbook -i $inv bench/noop_floor.yml "${extra[@]}" >"$tmp/floor$i.out"
   floors+=("$(echo "$(date +%s.%N) - $a" | bc)")
 done
 since=$(date -u -d "@${t0%.*}" '+%Y-%m-%d %H:%M:%S')

@@ -6,11 +6,16 @@ defaults and vars), and both callers run disarm."""
 from __future__ import annotations
 
 import posixpath
+import re
 from pathlib import Path
 
 import jinja2
 import pytest
 import yaml
+from ansible.parsing.dataloader import DataLoader
+from ansible.template import Templar, trust_as_template
+
+from ansible_collections.dgxspark.vllm.plugins.module_utils._service_state import parse_show, unit_state
 
 ROOT = Path(__file__).resolve().parents[3]
 TASKS = ROOT / "roles" / "guard" / "tasks"
@@ -30,6 +35,11 @@ def _query(name: str, program: str, dest: str, read_as: str = "") -> list:
     return read_items(entries, read_as) if read_as else entries
 
 
+# the role's vars that read a task's result (the read's cache_flush_read) or a caller's switch, not paths
+RUNTIME_VARS = {"__guard_follow_state", "__guard_disarm_account", "__guard_disarm_worker_found", "__guard_disarm_etc",
+                "__guard_disarm_worker_removals"}
+
+
 def _variables() -> dict:
     env = jinja2.Environment(undefined=jinja2.StrictUndefined)
     env.globals["query"] = _query
@@ -37,10 +47,10 @@ def _variables() -> dict:
     # what vars/main.yml reads of the play: the resolved configuration's head, and the head's facts (none here)
     variables.update(dgxspark_vllm_config={"head": "lab-head"}, hostvars={"lab-head": {}})
     for key, value in _load(ROOT / "roles" / "guard" / "vars" / "main.yml").items():
-        try:
-            variables[key] = env.from_string(value).render(**variables) if isinstance(value, str) else value
-        except (jinja2.UndefinedError, jinja2.TemplateRuntimeError, jinja2.TemplateAssertionError):
-            variables[key] = value   # it reads a task's result or an Ansible filter: rendered where a test needs it
+        if key in RUNTIME_VARS:
+            variables[key] = value   # it reads a task's result: evaluated where a test needs it (_runs)
+            continue
+        variables[key] = env.from_string(value).render(**variables) if isinstance(value, str) else value
     # what access.yml takes from dgxspark.vllm.guard_config's plan: the role's own paths and account (prepare.yml)
     variables["__guard_plan"] = {"access": {"user": variables["guard_ssh_user"],
                                             "program": variables["__guard_worker_program"]}}
@@ -68,7 +78,10 @@ def _touched(tasks: list, variables: dict, removing: bool) -> tuple[set, set]:
                 accounts.add(_render(args["name"], variables))
                 continue
             raw = args.get("dest") or args.get("path") or args.get("creates")
-            for item in ((task.get("loop") or [None]) if raw else []):
+            loop = task.get("loop") or [None]
+            if isinstance(loop, str):   # a list of the role's vars, named in the loop's expression
+                loop = next(variables[name] for name in re.findall(r"__guard_\w+", loop) if name in variables)
+            for item in (loop if raw else []):
                 if isinstance(item, dict):   # {path, found}: what the item removes, and whether the read found it
                     item = {"path": _render(item["path"], variables)}
                 elif item:
@@ -122,23 +135,19 @@ def test_disarm_reads_each_node_once_and_removes_only_what_the_read_found():
         when = task["when"] if isinstance(task["when"], list) else [task["when"]]
         assert any(word in condition for condition in when
                    for word in ("cache_flush_read", "__guard_disarm_", "item.found")), task["name"]
-    loop = [task for task in tasks if "loop" in task][0]
-    assert all("found" in item for item in loop["loop"])
+    assert all("found" in item for item in raw["__guard_disarm_worker_removals"])
 
 
 @pytest.mark.parametrize("passwd, found", [
     ("root:x:0:0::/root:/bin/bash\ndgxspark-guard:x:998:998::/var/lib/dgxspark-guard:/bin/sh\n", True),
     ("root:x:0:0::/root:/bin/bash\nxdgxspark-guard:x:1:1::/:/bin/sh\ndgxspark-guards:x:2:2::/:/bin/sh\n", False),
+    (None, False),   # no passwd read (the head)
 ])
-def test_disarm_finds_the_account_by_its_line_in_passwd(passwd: str, found: bool) -> None:
-    from ansible.plugins.filter.core import regex_escape
-    from ansible.plugins.test.core import match
-    env = jinja2.Environment(undefined=jinja2.StrictUndefined)
-    env.filters["regex_escape"] = regex_escape
-    env.tests["match"] = match
+def test_disarm_finds_the_account_by_its_line_in_passwd(passwd, found: bool) -> None:
     expression = _load(ROOT / "roles" / "guard" / "vars" / "main.yml")["__guard_disarm_account"]
-    read = {"also": {"by_name": {"passwd": {"content": passwd}}}}
-    assert env.from_string(expression).render(cache_flush_read=read, guard_ssh_user="dgxspark-guard") == str(found)
+    by_name = {} if passwd is None else {"passwd": {"exists": True, "content": passwd}}
+    variables = {"cache_flush_read": {"also": {"by_name": by_name}}, "guard_ssh_user": "dgxspark-guard"}
+    assert Templar(loader=DataLoader(), variables=variables).template(trust_as_template(expression)) is found
 
 
 def test_teardown_and_a_guard_turned_off_run_disarm():
@@ -175,3 +184,163 @@ def test_the_webhook_url_file_is_root_only_no_log_what_the_next_read_compares_an
     removed = [_render(task["ansible.builtin.file"]["path"], variables) for task in _load(TASKS / "disarm.yml")
                if task.get("ansible.builtin.file", {}).get("state") == "absent" and "loop" not in task]
     assert posixpath.dirname(path) in removed
+
+
+def _trusted(value):
+    """YAML as Ansible loads a role's own files: its strings are templates."""
+    if isinstance(value, str):
+        return trust_as_template(value)
+    if isinstance(value, list):
+        return [_trusted(item) for item in value]
+    if isinstance(value, dict):
+        return {key: _trusted(item) for key, item in value.items()}
+    return value
+
+
+def _runs(tasks: list, variables: dict) -> dict:
+    """What Ansible would run of these tasks on one node: {task name: [the items (their path) it runs for, or True]},
+    each `when` evaluated by Ansible's own Templar with the task's vars and each loop item."""
+    ran = {}
+    for task in tasks:
+        scope = dict(variables, **_trusted(task.get("vars", {})))
+        when = task.get("when", [])
+        when = when if isinstance(when, list) else [when]
+        items = Templar(loader=DataLoader(), variables=scope).template(_trusted(task["loop"])) if "loop" in task else [None]
+        done = []
+        for item in items:
+            templar = Templar(loader=DataLoader(), variables=dict(scope, item=item))
+            if all(templar.evaluate_conditional(_trusted(condition)) for condition in when):
+                done.append(item["path"] if isinstance(item, dict) else True)
+        if done:
+            ran[task["name"]] = done
+    return ran
+
+
+ACTIVE = "LoadState=loaded\nActiveState=active\nUnitFileState=enabled\n"
+AT_REST = "LoadState=loaded\nActiveState=inactive\nUnitFileState=disabled\n"
+NOT_FOUND = "LoadState=not-found\nActiveState=inactive\nUnitFileState=\n"
+PASSWD = "root:x:0:0::/root:/bin/bash\ndgxspark-guard:x:998:998::/var/lib/dgxspark-guard:/bin/sh\n"
+
+
+def _disarm_on(host: str, found: set, unit: str = NOT_FOUND, passwd: str = "root:x:0:0::/root:/bin/bash\n") -> dict:
+    variables = _trusted(_variables())
+    names = [item["name"] for item in _load(ROOT / "roles" / "guard" / "vars" / "main.yml")[
+        "__guard_disarm_head_read" if host == "lab-head" else "__guard_disarm_worker_read"]["files"]]
+    by_name = {name: {"exists": name in found or name == "passwd"} for name in names}
+    if "passwd" in by_name:
+        by_name["passwd"]["content"] = passwd
+    units = {"dgxspark-group-guard.service": unit_state("dgxspark-group-guard.service", parse_show(unit))}
+    variables.update(inventory_hostname=host, ansible_check_mode=False, ansible_play_name="teardown",
+                     dgxspark_vllm_config={"head": "lab-head", "workers": ["lab-worker"]},
+                     cache_flush_read={"also": {"by_name": by_name, "units": units if host == "lab-head" else {}}})
+    return _runs(_load(TASKS / "disarm.yml")[1:], variables)
+
+
+RECORD = "Record the guard as disarmed"
+STOP = "Stop the guard and keep it from starting at boot"
+SUDO = "Remove the sudo rule that lets the guard's account run the worker program as root, on each worker"
+ACCOUNT = "Remove the account the guard's key logs in as, on each worker"
+HOME = "Remove the account's home with its authorized_keys, and the worker program, on each worker"
+ETC = "Remove the guard's SSH key, its known hosts and its ssh_config from the head"
+
+
+def test_disarm_on_nodes_without_the_guard_runs_nothing_after_its_read():
+    assert _disarm_on("lab-head", set()) == {}
+    assert _disarm_on("lab-worker", set()) == {}
+
+
+def test_disarm_on_a_guarded_cluster_stops_and_removes_everything():
+    assert _disarm_on("lab-head", {"program", "public_key", "known_hosts", "ssh_config"}, ACTIVE) == {
+        RECORD: [True], STOP: [True], ETC: [True]}
+    assert _disarm_on("lab-worker", {"sudoers", "authorized_keys", "program"}, passwd=PASSWD) == {
+        SUDO: [True], ACCOUNT: [True], HOME: ["/var/lib/dgxspark-guard", "/usr/local/lib/dgxspark-guard/dgxspark_guard_worker.py"]}
+
+
+@pytest.mark.parametrize("found, unit, ran", [
+    # disarmed before: the program stays (status.yml), the unit at rest; the folder is looked at again (a key may be
+    # left without the files read)
+    ({"program"}, AT_REST, {RECORD: [True], ETC: [True]}),
+    # a unit that runs or would start at boot is stopped, whatever the files
+    (set(), ACTIVE, {STOP: [True]}),
+    (set(), "LoadState=loaded\nActiveState=activating\nUnitFileState=disabled\n", {STOP: [True]}),
+    (set(), "LoadState=loaded\nActiveState=inactive\nUnitFileState=enabled\n", {STOP: [True]}),
+    (set(), "LoadState=bad-setting\nActiveState=active\nUnitFileState=enabled\n", {STOP: [True]}),
+    # the webhook's file alone is enough to remove the folder
+    ({"webhook"}, NOT_FOUND, {ETC: [True]}),
+])
+def test_disarm_on_the_head_does_what_the_read_found(found: set, unit: str, ran: dict):
+    assert _disarm_on("lab-head", found, unit) == ran
+
+
+@pytest.mark.parametrize("found, passwd, ran", [
+    # the account alone (an install that stopped after creating it): the account and its home
+    (set(), PASSWD, {ACCOUNT: [True], HOME: ["/var/lib/dgxspark-guard"]}),
+    ({"sudoers"}, "root:x:0:0::/root:/bin/bash\n", {SUDO: [True], HOME: ["/var/lib/dgxspark-guard"]}),
+    ({"program"}, "root:x:0:0::/root:/bin/bash\n", {HOME: ["/var/lib/dgxspark-guard",
+                                                            "/usr/local/lib/dgxspark-guard/dgxspark_guard_worker.py"]}),
+])
+def test_disarm_on_a_worker_removes_what_the_read_found(found: set, passwd: str, ran: dict):
+    assert _disarm_on("lab-worker", found, passwd=passwd) == ran
+
+
+def _follow_variables(state: str, unit: str) -> dict:
+    variables = _trusted(dict(_load(ROOT / "roles" / "cache_flush" / "defaults" / "main.yml")))
+    variables.update(cache_flush_follow_state=state, ansible_check_mode=False,
+                     cache_flush_read={"current": False, "unit": unit_state("f.service", parse_show(unit))})
+    return variables
+
+
+@pytest.mark.parametrize("unit, stops", [
+    (ACTIVE, True), (AT_REST, False), (NOT_FOUND, False),
+    ("LoadState=loaded\nActiveState=failed\nUnitFileState=enabled\n", True),     # it would start at boot
+    ("LoadState=loaded\nActiveState=activating\nUnitFileState=disabled\n", True),  # a restart loop's wait
+])
+def test_the_follow_mode_stop_runs_where_the_unit_is_installed_and_not_at_rest(unit: str, stops: bool):
+    tasks = _load(ROOT / "roles" / "cache_flush" / "tasks" / "follow.yml")
+    stop = [task for task in tasks if "ansible.builtin.systemd_service" in task]
+    assert len(stop) == 1
+    assert bool(_runs(stop, _follow_variables("stopped", unit))) is stops
+    assert _runs(stop, _follow_variables("started", unit)) == {}
+
+
+@pytest.mark.parametrize("unit, program, unit_file, ran", [
+    # installed only: a running unit whose program or unit changed is restarted (with a reload when its unit changed)
+    (ACTIVE, True, False, ["restarted", False]),
+    (ACTIVE, False, True, ["restarted", True]),
+    ("LoadState=loaded\nActiveState=activating\nUnitFileState=enabled\n", True, False, ["restarted", False]),
+    # a stopped unit stays stopped: its new unit file is loaded (a later start takes it), a new program waits for it
+    (AT_REST, False, True, [None, True]),
+    (AT_REST, True, False, None),
+    (ACTIVE, False, False, None),
+])
+def test_installed_only_restarts_a_running_follow_mode_unit_whose_files_changed(unit, program, unit_file, ran):
+    tasks = [task for task in _load(ROOT / "roles" / "cache_flush" / "tasks" / "follow_install.yml")
+             if "ansible.builtin.systemd_service" in task]
+    variables = _follow_variables("installed", unit)
+    variables.update(_trusted(_load(ROOT / "roles" / "cache_flush" / "vars" / "main.yml")))
+    variables.update(__cache_flush_program={"changed": program}, __cache_flush_follow_config={"changed": False},
+                     __cache_flush_follow_unit={"changed": unit_file})
+    done = _runs(tasks, variables)
+    assert list(done) == ([] if ran is None else [tasks[1]["name"]])   # never the start of the started state
+    if ran is not None:
+        args = Templar(loader=DataLoader(), variables=variables).template(
+            _trusted({key: tasks[1]["ansible.builtin.systemd_service"][key] for key in ("daemon_reload",)}))
+        state = tasks[1]["ansible.builtin.systemd_service"]["state"]
+        rendered = Templar(loader=DataLoader(), variables=dict(variables, omit=None)).template(_trusted(state))
+        assert [rendered or None, args["daemon_reload"]] == ran
+
+
+@pytest.mark.parametrize("unit, restarts", [(ACTIVE, True), (AT_REST, False), (NOT_FOUND, False),
+                                            ("LoadState=loaded\nActiveState=activating\nUnitFileState=enabled\n", True)])
+def test_a_new_program_restarts_the_follow_mode_unit_where_it_runs(unit: str, restarts: bool):
+    """The program is shared: the main install's new program restarts the follow-mode unit too, where it runs (its own
+    read would find the program current afterwards, and it would run the old one until its next start)."""
+    program = [task for task in _load(ROOT / "roles" / "cache_flush" / "tasks" / "program.yml") if "register" in task][0]
+    assert "Restart the follow-mode flush service where it runs" in program["notify"]
+    handlers = [task for task in _load(ROOT / "roles" / "cache_flush" / "handlers" / "main.yml")
+                if task.get("listen") == "Restart the follow-mode flush service where it runs"]
+    assert [next(iter(k for k in task if "." in k)) for task in handlers] == [
+        "dgxspark.vllm.service_files_info", "ansible.builtin.systemd_service"]
+    assert handlers[0]["dgxspark.vllm.service_files_info"]["unit"] == "{{ cache_flush_follow_service_name }}.service"
+    variables = {"__cache_flush_handler_follow": {"unit": unit_state("f.service", parse_show(unit))}}
+    assert bool(_runs(handlers[1:], variables)) is restarts
