@@ -344,3 +344,20 @@ def test_a_new_program_restarts_the_follow_mode_unit_where_it_runs(unit: str, re
     assert handlers[0]["dgxspark.vllm.service_files_info"]["unit"] == "{{ cache_flush_follow_service_name }}.service"
     variables = {"__cache_flush_handler_follow": {"unit": unit_state("f.service", parse_show(unit))}}
     assert bool(_runs(handlers[1:], variables)) is restarts
+
+
+@pytest.mark.parametrize("held_by, holder, release_any, released", [
+    ("site.yml", "site.yml", False, True),          # the step that took it
+    ("site.yml", "launch", False, False),           # a later step of the same run leaves it held
+    ("site.yml", "launch", True, True),             # the launch's rescue, the arm left out: whichever step took it
+    ("", "launch", True, False),                    # nothing held: nothing to release
+])
+def test_release_gives_back_only_the_lock_its_step_took_unless_any_is_asked(held_by, holder, release_any, released):
+    tasks = _load(TASKS / "release.yml")
+    variables = _trusted(_variables())
+    variables.update(inventory_hostname="lab-head", ansible_check_mode=False, ansible_play_name="play",
+                     dgxspark_vllm_config={"head": "lab-head", "workers": ["lab-worker"]},
+                     hostvars={"lab-head": {"guard_maintenance_holder": held_by}},
+                     guard_holder=holder, guard_release_any=release_any)
+    variables["__guard_held_by"] = _trusted(_load(ROOT / "roles" / "guard" / "vars" / "main.yml")["__guard_held_by"])
+    assert sorted(_runs(tasks, variables)) == (sorted(task["name"] for task in tasks) if released else [])
