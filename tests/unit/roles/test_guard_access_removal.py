@@ -276,8 +276,8 @@ def test_disarm_on_the_head_does_what_the_read_found(found: set, unit: str, ran:
     # the account alone (an install that stopped after creating it): the account and its home
     (set(), PASSWD, {ACCOUNT: [True], HOME: ["/var/lib/dgxspark-guard"]}),
     ({"sudoers"}, "root:x:0:0::/root:/bin/bash\n", {SUDO: [True], HOME: ["/var/lib/dgxspark-guard"]}),
-    ({"program"}, "root:x:0:0::/root:/bin/bash\n", {HOME: ["/var/lib/dgxspark-guard",
-                                                            "/usr/local/lib/dgxspark-guard/dgxspark_guard_worker.py"]}),
+    ({"program"}, "root:x:0:0::/root:/bin/bash\n", {HOME: [
+        "/var/lib/dgxspark-guard", "/usr/local/lib/dgxspark-guard/dgxspark_guard_worker.py"]}),
 ])
 def test_disarm_on_a_worker_removes_what_the_read_found(found: set, passwd: str, ran: dict):
     assert _disarm_on("lab-worker", found, passwd=passwd) == ran

@@ -176,8 +176,8 @@ def test_the_guard_is_installed_before_the_launch_so_the_play_after_it_only_arms
     assert [state.render(guard_install_only=value) for value in (True, False)] == ["installed", "started"]
     starts = [task for task in _load(ROLES / "cache_flush" / "tasks" / "follow_install.yml")
               if "ansible.builtin.systemd_service" in task]
-    assert [task["when"][0] for task in starts] == ["cache_flush_follow_state == 'started'",
-                                                     "cache_flush_follow_state == 'installed'"]
+    assert [task["when"][0] for task in starts] == [
+        "cache_flush_follow_state == 'started'", "cache_flush_follow_state == 'installed'"]
     assert "'started'" not in starts[1]["ansible.builtin.systemd_service"]["state"]   # restarted where it runs, or none
     bench = (ROOT / "bench" / "launch.sh").read_text(encoding="utf-8")
     teardown = bench.index("playbooks/teardown.yml")
