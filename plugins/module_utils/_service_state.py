@@ -29,13 +29,16 @@ def parse_show(text: str) -> dict[str, str]:
 
 def unit_state(name: str, properties: Mapping[str, str]) -> dict[str, Any]:
     """The unit as the caller judges it: loaded (its unit file exists), running (active), stopped (inactive or
-    failed: not active, activating - a restart loop's wait too -, reloading or deactivating) and enabled at boot."""
+    failed: not active, activating - a restart loop's wait too -, reloading or deactivating) and enabled at boot;
+    installed (systemd knows its unit file, also with a bad setting) and at rest (stopped and not enabled at boot:
+    nothing for a stop to do)."""
     load = properties.get("LoadState", "")
     active = properties.get("ActiveState", "")
     enabled = properties.get("UnitFileState", "")
     return {"name": name, "load_state": load, "active_state": active, "unit_file_state": enabled,
             "loaded": load == "loaded", "running": active == "active", "stopped": active in _STOPPED_STATES,
-            "enabled": enabled == "enabled"}
+            "enabled": enabled == "enabled", "installed": load != "not-found",
+            "at_rest": active in _STOPPED_STATES and enabled != "enabled"}
 
 
 class ServiceFilesError(ValueError):

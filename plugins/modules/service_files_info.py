@@ -166,12 +166,14 @@ unit:
   description:
     - The unit's state (null when O(unit) is not given). C(loaded), its unit file exists; C(running), active;
       C(stopped), inactive or failed (not active, activating - a restart loop's wait too -, reloading or
-      deactivating); C(enabled), enabled at boot; and systemd's own C(load_state), C(active_state) and
-      C(unit_file_state).
+      deactivating); C(enabled), enabled at boot; C(installed), systemd knows its unit file (also with a bad
+      setting); C(at_rest), stopped and not enabled at boot (nothing for a stop to do); and systemd's own
+      C(load_state), C(active_state) and C(unit_file_state).
   returned: always
   type: dict
   sample: {name: dgxspark-cache-flush-follow.service, load_state: loaded, active_state: active,
-           unit_file_state: enabled, loaded: true, running: true, stopped: false, enabled: true}
+           unit_file_state: enabled, loaded: true, running: true, stopped: false, enabled: true, installed: true,
+           at_rest: false}
 files:
   description: One entry per O(files) item, in order, with C(path), C(exists), C(sha256), C(matches) (null
     without C(content)) and, with C(read), C(content) (null when the file is absent).

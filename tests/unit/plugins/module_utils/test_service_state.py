@@ -141,3 +141,17 @@ def test_a_part_of_nothing_or_of_itself_is_refused(files: list, message: str) ->
 def test_a_name_given_twice_or_empty_is_refused_with_every_problem(files: list, message: str) -> None:
     with pytest.raises(ServiceFilesError, match=re.escape(message)):
         check_names(files, "also.files")
+
+
+@pytest.mark.parametrize("show, installed, at_rest", [
+    (RUNNING, True, False),
+    (DISABLED_FAILED, True, True),
+    ("LoadState=loaded\nActiveState=inactive\nUnitFileState=enabled\n", True, False),     # it would start at boot
+    ("LoadState=loaded\nActiveState=activating\nUnitFileState=disabled\n", True, False),  # a restart loop's wait
+    ("LoadState=bad-setting\nActiveState=active\nUnitFileState=enabled\n", True, False),
+    (UNKNOWN, False, True),
+])
+def test_a_unit_is_installed_unless_systemd_finds_no_file_and_at_rest_when_stopped_and_not_enabled(
+        show: str, installed: bool, at_rest: bool) -> None:
+    unit = unit_state(UNIT, parse_show(show))
+    assert (unit["installed"], unit["at_rest"]) == (installed, at_rest)
