@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any, Iterator
 
 import jinja2
+import pytest
 import yaml
 from ansible.module_utils.parsing.convert_bool import boolean
 
@@ -62,17 +63,24 @@ def _chain(path: Path, seen: tuple[Path, ...] = ()) -> tuple[int, set[Path]]:
 
 
 def test_a_launch_reaches_few_files_three_includes_deep_and_none_of_the_guard() -> None:
-    depth, files = _chain(LAUNCH / "main.yml")
+    # the launch playbook runs the role's two entry points apart (the guard's lock between them); main is both
+    main = [_action(task)[1] for task in _load(LAUNCH / "main.yml")]
+    assert main == ["render.yml", "run_plan.yml"]
+    depth, files = 0, set()
+    for entry in ("render.yml", "run_plan.yml"):
+        below, reached = _chain(LAUNCH / entry)
+        depth, files = max(depth, below), files | reached
     names = sorted(str(path.relative_to(ROLES)) for path in files)
     assert depth <= 3, names
-    # main, node_facts, plan, attempt, served; cluster stop, follow_job, api_check, api_headers; cache_flush start, stop
-    assert len(files) <= 11, names
+    # render, node_facts, plan, run_plan, attempt, served; cluster stop, follow_job, api_check, api_headers;
+    # cache_flush start, stop
+    assert len(files) <= 12, names
     assert not [name for name in names if name.startswith("guard/")], names
 
 
 def test_one_start_loop_over_the_planners_attempts() -> None:
-    main = _load(LAUNCH / "main.yml")
-    includes = [task for task in _tasks(main) if _action(task)[0] in INCLUDES + ROLE_INCLUDES]
+    run_plan = _load(LAUNCH / "run_plan.yml")
+    includes = [task for task in _tasks(run_plan) if _action(task)[0] in INCLUDES + ROLE_INCLUDES]
     attempts = [task for task in includes if "attempt.yml" in str(_action(task)[1])]
     assert len(attempts) == 1
     loop = attempts[0]
@@ -95,25 +103,66 @@ def test_a_turn_is_judged_once_then_runs_the_start_and_the_diagnosis() -> None:
 
 def test_the_launch_playbook_keeps_the_guard_out_then_arms_it_in_its_own_play() -> None:
     plays = _load(ROOT / "playbooks" / "launch.yml")
-    assert [play["hosts"] for play in plays] == ["spark_cluster"] * 3
-    before, launch, after = plays
+    assert [play["hosts"] for play in plays] == ["spark_cluster"] * 2
+    launch, after = plays
 
-    def guard_entries(play: dict[str, Any]) -> list[str]:
+    def entries(play: dict[str, Any], role: str) -> list[str]:
         return [_action(task)[1].get("tasks_from", "main") for task in _tasks(play["tasks"])
-                if _action(task)[0] == "include_role" and _action(task)[1]["name"] == "dgxspark.vllm.guard"]
+                if _action(task)[0] == "include_role" and _action(task)[1]["name"] == f"dgxspark.vllm.{role}"]
 
-    assert guard_entries(before) == ["maintenance", "disarm"]
-    # only in the launch's rescue: a launch that stopped nothing (a refusal) gives the run's lock back
-    assert guard_entries(launch) == ["release"]
-    give_back = [task for task in launch["tasks"][0]["rescue"] if _action(task)[0] == "include_role"][0]
+    # disarmed first (the guard off); the lock between the read and the start; released only in the rescue
+    assert entries(launch, "guard") == ["disarm", "maintenance", "release"]
+    assert entries(launch, "launch") == ["render", "run_plan"]
+    block = launch["tasks"][1]["block"]
+    order = [(_action(task)[1]["name"].rpartition(".")[2], _action(task)[1].get("tasks_from", "main")) for task in block]
+    assert order == [("launch", "render"), ("guard", "maintenance"), ("launch", "run_plan"), ("kit_launch", "main")]
+    lock = block[1]
+    assert lock["when"][0] == "dgxspark_vllm_config.guard"
+    give_back = [task for task in launch["tasks"][1]["rescue"] if _action(task)[0] == "include_role"][0]
     assert _action(give_back)[1]["tasks_from"] == "release"
     assert "launch_plan.attempt | default(0) == 0" in give_back["when"][0]
     assert give_back["vars"] == {"guard_release_any": True}   # the run's lock, whichever step took it
-    assert guard_entries(after) == ["main"]
+    assert entries(after, "guard") == ["main"]
     arm = [task for task in _tasks(after["tasks"]) if _action(task)[0] == "include_role"][0]
     # a failed upgrade's launch is the rollback's: no guard armed with it
     assert "upgrade_failure is not defined" in arm["when"]
     assert arm["vars"] == {"guard_serving": "{{ launch_plan.serving }}"}
+
+
+@pytest.mark.parametrize("launcher, attempts, guard, taken", [
+    ("docker_run", [], True, False),           # a no-op (or a refusal): no lock taken, none to give back
+    ("docker_run", [1], True, True),           # a start with a known KV budget
+    ("docker_run", [1, 2], True, True),        # a calibration and its start
+    ("docker_run", [1], False, False),         # the guard off: disarmed instead
+    ("exl3_kit", None, True, True),            # the kit plans in its own role: the lock before it, always
+])
+def test_the_lock_is_taken_only_when_the_plan_starts_something(launcher: str, attempts: Any, guard: bool,
+                                                                taken: bool) -> None:
+    block = _load(ROOT / "playbooks" / "launch.yml")[0]["tasks"][1]["block"]
+    when = block[1]["when"]
+    env = jinja2.Environment(undefined=jinja2.StrictUndefined)
+    variables: dict[str, Any] = {"dgxspark_vllm_config": {"guard": guard, "launcher": launcher}}
+    if attempts is not None:
+        variables["launch_plan"] = {"attempts": attempts}
+    assert all(boolean(env.compile_expression(condition)(**variables)) for condition in when) is taken
+
+
+def test_the_guard_only_starts_containers_that_exist_so_the_lock_may_follow_the_read() -> None:
+    """The launch reads the nodes before it takes the lock: safe only while the guard never makes a container (a
+    restore is `docker start` of those it finds, which the read saw, and the first start stops them)."""
+    import ast
+    files = ROLES / "guard" / "files"
+    program = ast.parse((files / "dgxspark_group_guard.py").read_text(encoding="utf-8"))
+    verbs = {call.args[0].value for call in ast.walk(program)
+             if isinstance(call, ast.Call) and isinstance(call.func, ast.Attribute) and call.func.attr == "run"
+             and call.args and isinstance(call.args[0], ast.Constant) and isinstance(call.args[0].value, str)}
+    assert "start" in verbs and not verbs & {"run", "create", "compose", "container"}, verbs
+    worker = ast.parse((files / "dgxspark_guard_worker.py").read_text(encoding="utf-8"))
+    forms = [node.value for node in ast.walk(worker) if isinstance(node, ast.Assign)
+             and any(isinstance(target, ast.Name) and target.id == "OPERATIONS" for target in node.targets)]
+    assert len(forms) == 1 and isinstance(forms[0], ast.Dict)
+    mutating = {key.value for key in forms[0].keys if isinstance(key, ast.Constant)}   # every docker verb it lets through
+    assert "start" in mutating and not mutating & {"run", "create"}, mutating
 
 
 def test_only_the_step_that_took_the_maintenance_lock_releases_it() -> None:
