@@ -136,8 +136,8 @@ def test_the_launch_playbook_keeps_the_guard_out_then_arms_it_in_its_own_play() 
     ("docker_run", [1], False, False),         # the guard off: disarmed instead
     ("exl3_kit", None, True, True),            # the kit plans in its own role: the lock before it, always
 ])
-def test_the_lock_is_taken_only_when_the_plan_starts_something(launcher: str, attempts: Any, guard: bool,
-                                                                taken: bool) -> None:
+def test_the_lock_is_taken_only_when_the_plan_starts_something(
+        launcher: str, attempts: Any, guard: bool, taken: bool) -> None:
     block = _load(ROOT / "playbooks" / "launch.yml")[0]["tasks"][1]["block"]
     when = block[1]["when"]
     env = jinja2.Environment(undefined=jinja2.StrictUndefined)
