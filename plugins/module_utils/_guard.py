@@ -234,6 +234,7 @@ class RankObservation:
     paused: bool = False
     started_at: str = ""         # Docker's State.StartedAt
     exit_code: int | None = None
+    finished_at: str = ""        # Docker's State.FinishedAt: when it last stopped
 
 
 @dataclass(frozen=True)
@@ -248,12 +249,28 @@ class Finding:
 def state_from_inspect(name: str, state: dict[str, Any]) -> RankObservation:
     """A RankObservation from ``docker inspect --format '{{json .State}}'``."""
     return RankObservation(name=name, exists=True, running=bool(state.get("Running")), paused=bool(state.get("Paused")),
-                           started_at=str(state.get("StartedAt") or ""), exit_code=state.get("ExitCode"))
+                           started_at=str(state.get("StartedAt") or ""), exit_code=state.get("ExitCode"),
+                           finished_at=str(state.get("FinishedAt") or ""))
+
+
+_DOCKER_TIME = re.compile(r"(\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2})(\.\d+)?Z$")
+
+
+def stop_order(obs: RankObservation) -> tuple[int, str, float]:
+    """Sorts stopped ranks by when they stopped (Docker's FinishedAt, UTC, RFC 3339 with up to nanoseconds and its
+    trailing zeros cut); a rank without a readable time after every rank with one."""
+    match = _DOCKER_TIME.match(obs.finished_at)
+    if match is None:
+        return (1, "", 0.0)
+    return (0, match.group(1), float("0" + (match.group(2) or ".0")))
 
 
 def assess(config: GuardConfig, baseline: dict[str, str], ranks: list[RankObservation],
            api_failing_since: float | None, api_detail: str, now: float) -> Finding | None:
     """The first reason the group is broken (ranks in rank order), or None when it serves.
+
+    Of several stopped ranks, the one that stopped first is named (rank order between equal or unknown times): a
+    worker that dies takes the head down with it within seconds, and the worker is the cause.
 
     Broken: a node's Docker does not answer; a serve container is gone, or not running; a rank started again
     since the group was (its StartedAt differs from the baseline: a rank restarted alone cannot rejoin its
@@ -268,8 +285,9 @@ def assess(config: GuardConfig, baseline: dict[str, str], ranks: list[RankObserv
             return Finding("absent", obs.name, f"the serve container {config.container} is gone from {obs.name}: the "
                                                "guard creates nothing; run the launch (playbooks/launch.yml)")
         if not obs.running:
-            code = "" if obs.exit_code is None else f" (exit code {obs.exit_code})"
-            return Finding("stopped", obs.name, f"the serve container on {obs.name} is not running{code}")
+            first = min((other for other in ranks if other.exists and not other.running), key=stop_order)
+            code = "" if first.exit_code is None else f" (exit code {first.exit_code})"
+            return Finding("stopped", first.name, f"the serve container on {first.name} is not running{code}")
     for obs in ranks:
         known = baseline.get(obs.name)
         if known and obs.started_at and obs.started_at != known:

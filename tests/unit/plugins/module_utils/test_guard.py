@@ -183,6 +183,22 @@ def test_assess_goes_in_rank_order():
     assert G.assess(config(), BASELINE, ranks, None, "", NOW).rank == "spark1"
 
 
+@pytest.mark.parametrize("head_finished, worker_finished, named", [
+    ("2026-12-06T15:56:21.9Z", "2026-12-06T15:56:20.123456789Z", "spark2"),   # the worker died, the head followed
+    ("2026-12-06T15:56:20Z", "2026-12-06T15:56:20.5Z", "spark1"),             # no fraction: .0, before .5
+    ("2026-12-06T15:56:20.5Z", "2026-12-06T15:56:20.25Z", "spark2"),          # fractions of different lengths
+    ("", "2026-12-06T15:56:20Z", "spark2"),                                   # a time against none: the time
+    ("", "", "spark1"),                                                       # no time: rank order
+    ("2026-12-06T15:56:20Z", "2026-12-06T15:56:20Z", "spark1"),               # the same time: rank order
+])
+def test_assess_names_the_rank_that_stopped_first(head_finished, worker_finished, named):
+    ranks = [G.RankObservation("spark1", running=False, exit_code=0, finished_at=head_finished),
+             G.RankObservation("spark2", running=False, exit_code=137, finished_at=worker_finished), up("spark3")]
+    found = G.assess(config(), BASELINE, ranks, None, "", NOW)
+    code = {"spark1": 0, "spark2": 137}[named]
+    assert found == G.Finding("stopped", named, f"the serve container on {named} is not running (exit code {code})")
+
+
 def test_assess_stopped_beats_restarted_and_api():
     ranks = [up("spark1", T2), up("spark2"), G.RankObservation("spark3", running=False, exit_code=1)]
     found = G.assess(config(), BASELINE, ranks, NOW - 1000, "x", NOW)
@@ -247,6 +263,8 @@ def test_state_from_inspect():
     obs = G.state_from_inspect("spark2", {"Running": True, "Paused": True, "StartedAt": T1, "ExitCode": 0})
     assert obs == G.RankObservation("spark2", running=True, paused=True, started_at=T1, exit_code=0)
     assert G.state_from_inspect("spark2", {}) == G.RankObservation("spark2", running=False, started_at="", exit_code=None)
+    stopped = G.state_from_inspect("spark2", {"Running": False, "ExitCode": 137, "FinishedAt": "2026-12-06T15:56:20.1Z"})
+    assert stopped.finished_at == "2026-12-06T15:56:20.1Z"
 
 
 # ------------------------------------------------------------------------------------------------ decide
