@@ -22,7 +22,11 @@ from collections.abc import Callable, Sequence
 
 RunCommand = Callable[[Sequence[str]], tuple[int, str, str]]
 
-_TS_RE = re.compile(r"^(\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2})(?:\.(\d{1,9}))?\S* ")
+# Docker's times (RFC 3339 in UTC, up to nanoseconds, trailing zeros cut): at the start of a --timestamps line, or a
+# whole State.StartedAt / State.FinishedAt
+_TIME = r"(\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2})(?:\.(\d{1,9}))?"
+_TS_RE = re.compile("^" + _TIME + r"\S* ")
+_STATE_TIME_RE = re.compile(_TIME + "Z$")
 _NOT_FOUND = ("No such container",)
 _UNREACHABLE = (
     "Cannot connect to the Docker daemon",
@@ -53,13 +57,24 @@ def docker_logs_argv(name: str, since: str | None = None, docker: str = "docker"
     return argv
 
 
+def _time_key(match: re.Match[str]) -> tuple[str, str]:
+    return match.group(1), (match.group(2) or "").ljust(9, "0")
+
+
+def time_key(value: str) -> tuple[str, str] | None:
+    """A sort key of one of Docker's State times (``StartedAt``, ``FinishedAt``), the one the log lines are merged by;
+    None when ``value`` is not such a time."""
+    match = _STATE_TIME_RE.match(value)
+    return _time_key(match) if match else None
+
+
 def _keyed(text: str) -> list[tuple[tuple[str, str], str]]:
     key = ("", "")
     out = []
     for line in text.splitlines(keepends=True):
         match = _TS_RE.match(line)
         if match:
-            key = (match.group(1), (match.group(2) or "").ljust(9, "0"))
+            key = _time_key(match)
         out.append((key, line if line.endswith("\n") else line + "\n"))
     return out
 

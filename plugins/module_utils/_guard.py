@@ -21,6 +21,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 from urllib.parse import urlsplit
 
+from ansible_collections.dgxspark.vllm.plugins.module_utils._docker_logs import time_key
 from ansible_collections.dgxspark.vllm.plugins.module_utils._metrics import MetricsError, gauge_sum, parse_text
 from ansible_collections.dgxspark.vllm.plugins.module_utils._startup import DEFAULT_BUDGETS, StartupError, make_watch
 
@@ -253,16 +254,11 @@ def state_from_inspect(name: str, state: dict[str, Any]) -> RankObservation:
                            finished_at=str(state.get("FinishedAt") or ""))
 
 
-_DOCKER_TIME = re.compile(r"(\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2})(\.\d+)?Z$")
-
-
-def stop_order(obs: RankObservation) -> tuple[int, str, float]:
-    """Sorts stopped ranks by when they stopped (Docker's FinishedAt, UTC, RFC 3339 with up to nanoseconds and its
-    trailing zeros cut); a rank without a readable time after every rank with one."""
-    match = _DOCKER_TIME.match(obs.finished_at)
-    if match is None:
-        return (1, "", 0.0)
-    return (0, match.group(1), float("0" + (match.group(2) or ".0")))
+def stop_order(obs: RankObservation) -> tuple[bool, tuple[str, str]]:
+    """Sorts stopped ranks by when they stopped (Docker's FinishedAt, keyed as the log lines are merged); a rank
+    without a readable time after every rank with one."""
+    key = time_key(obs.finished_at)
+    return key is None, key or ("", "")
 
 
 def assess(config: GuardConfig, baseline: dict[str, str], ranks: list[RankObservation],

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from ansible_collections.dgxspark.vllm.plugins.module_utils._docker_logs import LogFollower, docker_follow_argv
+from ansible_collections.dgxspark.vllm.plugins.module_utils._docker_logs import (
+    LogFollower, docker_follow_argv, merge_streams, time_key)
 from ansible_collections.dgxspark.vllm.plugins.module_utils._vllm_log import notable_line
 
 RENDEZVOUS = "(EngineCore pid=42) INFO 12-01 07:05:12 [core.py:93] world_size=2 rank=1 local_rank=0"
@@ -88,3 +89,20 @@ def test_without_the_docker_cli_it_only_sleeps() -> None:
     assert follower.wait(2) is False
     assert len(sleeps.calls) == 1 and 0 < sleeps.calls[0] <= 2
     follower.close()
+
+
+def test_a_state_time_sorts_as_the_log_lines_are_merged() -> None:
+    # Docker cuts a time's trailing zeros: .5 is after .25 and .123456789, a whole second before any fraction of it
+    times = ["2026-12-06T15:56:20.5Z", "2026-12-06T15:56:20Z", "2026-12-06T15:56:20.25Z",
+             "2026-12-06T15:56:20.123456789Z", "2026-12-06T15:56:19.9Z"]
+    assert sorted(times, key=time_key) == ["2026-12-06T15:56:19.9Z", "2026-12-06T15:56:20Z", "2026-12-06T15:56:20.123456789Z",
+                                           "2026-12-06T15:56:20.25Z", "2026-12-06T15:56:20.5Z"]
+    assert time_key("2026-12-06T15:56:20.25Z") == ("2026-12-06T15:56:20", "250000000")
+    lines = merge_streams("2026-12-06T15:56:20.5Z out\n", "2026-12-06T15:56:20.25Z err\n")
+    assert lines.splitlines() == ["2026-12-06T15:56:20.25Z err", "2026-12-06T15:56:20.5Z out"]
+
+
+@pytest.mark.parametrize("value", ["", "0", "2026-12-06 15:56:20Z", "2026-12-06T15:56:20+01:00",
+                                   "2026-12-06T15:56:20.1234567891Z"])
+def test_what_is_not_one_of_docker_s_state_times_has_no_key(value: str) -> None:
+    assert time_key(value) is None
