@@ -24,6 +24,7 @@ from ansible_collections.dgxspark.vllm.plugins.module_utils._guard import (
     webhook_file_current,
 )
 from ansible_collections.dgxspark.vllm.plugins.module_utils._profiles import plain
+from ansible_collections.dgxspark.vllm.plugins.module_utils._service_state import stale_files
 from ansible_collections.dgxspark.vllm.plugins.plugin_utils._addresses import resolve
 from ansible_collections.dgxspark.vllm.plugins.plugin_utils._controller_action import (
     ControllerAction,
@@ -92,8 +93,13 @@ class ActionModule(ControllerAction):
         ranks = [rank["name"] for rank in document["ranks"]]
         reason = (arm_reason(params["armed_state"], params["maintenance_held"], plain(params["serving"]), ranks)
                   if current else "the guard is installed in this run")
+        # a guard that runs a process older than the files an install writes last: that install's restart did not
+        # happen (its handlers never ran), so it still runs the program and configuration from before
+        stale = stale_files(plain(params["unit_read"]), plain(params["installed_read"]))
         return {"changed": False, "document": document, "workers": workers, "current": current, "access": plan,
-                "webhook": webhook,
+                "webhook": webhook, "restart": bool(stale),
+                "restart_reason": (f"the guard runs a process started before {', '.join(stale)} was written: an install "
+                                   "whose restart did not happen") if stale else "",
                 "arm": reason is not None, "arm_reason": reason or "it keeps this group already: arming changes nothing"}
 
     @staticmethod

@@ -782,6 +782,8 @@ CONFIG_ARGUMENT_SPEC: dict[str, Any] = dict(
         ssh_from=dict(type="list", elements="str", default=[]),
     )),
     access_read=dict(type="dict"),
+    unit_read=dict(type="dict"),
+    installed_read=dict(type="list", elements="dict", default=[]),
     webhook_url=dict(type="str", default="", no_log=True),
     webhook_path=dict(type="path", default="/etc/dgxspark/guard/webhook_url"),
     webhook_read=dict(type="dict"),

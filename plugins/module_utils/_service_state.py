@@ -10,8 +10,9 @@ from __future__ import annotations
 import hashlib
 from typing import Any, Mapping, Sequence
 
-# What `systemctl show` is asked for, one --property each.
-UNIT_PROPERTIES: tuple[str, ...] = ("LoadState", "ActiveState", "UnitFileState")
+# What `systemctl show` is asked for, one --property each. ExecMainStartTimestampMonotonic: when the unit's running
+# process started, in microseconds of the monotonic clock (0: it has not run since boot).
+UNIT_PROPERTIES: tuple[str, ...] = ("LoadState", "ActiveState", "UnitFileState", "ExecMainStartTimestampMonotonic")
 # ActiveState values of a unit that runs or is about to (a stop is still due for each)
 _RUNNING_STATES = ("active", "activating", "reloading")
 _STOPPED_STATES = ("inactive", "failed")
@@ -27,18 +28,50 @@ def parse_show(text: str) -> dict[str, str]:
     return found
 
 
-def unit_state(name: str, properties: Mapping[str, str]) -> dict[str, Any]:
+def unit_state(name: str, properties: Mapping[str, str], clock: tuple[float, float] | None = None) -> dict[str, Any]:
     """The unit as the caller judges it: loaded (its unit file exists), running (active), stopped (inactive or
     failed: not active, activating - a restart loop's wait too -, reloading or deactivating) and enabled at boot;
     installed (systemd knows its unit file, also with a bad setting) and at rest (stopped and not enabled at boot:
-    nothing for a stop to do)."""
+    nothing for a stop to do).
+
+    ``clock`` is the node's (wall clock, monotonic clock) read together, in seconds: with it, ``started_at`` is when
+    the running process started on the wall clock (the clock of the files' mtimes), else None (not running, or never
+    started since boot)."""
     load = properties.get("LoadState", "")
     active = properties.get("ActiveState", "")
     enabled = properties.get("UnitFileState", "")
     return {"name": name, "load_state": load, "active_state": active, "unit_file_state": enabled,
             "loaded": load == "loaded", "running": active == "active", "stopped": active in _STOPPED_STATES,
             "enabled": enabled == "enabled", "installed": load != "not-found",
-            "at_rest": active in _STOPPED_STATES and enabled != "enabled"}
+            "at_rest": active in _STOPPED_STATES and enabled != "enabled",
+            "started_at": _started_at(properties.get("ExecMainStartTimestampMonotonic", ""), clock)
+            if active == "active" else None}
+
+
+def _started_at(monotonic_us: str, clock: tuple[float, float] | None) -> float | None:
+    """The wall-clock time of a monotonic timestamp in microseconds, given the node's clocks read together."""
+    if clock is None:
+        return None
+    try:
+        micro = int(monotonic_us)
+    except ValueError:
+        return None
+    if micro <= 0:
+        return None
+    wall, monotonic = clock
+    return wall - (monotonic - micro / 1e6)
+
+
+def stale_files(unit: Mapping[str, Any] | None, files: Sequence[Mapping[str, Any]]) -> list[str]:
+    """The files a running unit's process predates: each one that exists with a ``mtime`` later than the unit's
+    ``started_at`` (``files`` as file_state gives them). A file written after the process started is one it has not
+    loaded: an install whose restart did not happen (the run failed before its handlers, or was stopped). Empty when
+    the unit does not run or its start is not known."""
+    if unit is None or not unit.get("running") or unit.get("started_at") is None:
+        return []
+    started = float(unit["started_at"])
+    return [str(item["path"]) for item in files
+            if item.get("exists") and item.get("mtime") is not None and float(item["mtime"]) > started]
 
 
 class ServiceFilesError(ValueError):
@@ -93,12 +126,14 @@ def by_name(files: Sequence[Mapping[str, Any]], states: Sequence[dict[str, Any]]
     return found
 
 
-def file_state(path: str, data: bytes | None, wanted: str | None, read: bool) -> dict[str, Any]:
-    """One file: whether it exists, its SHA-256, whether it holds exactly ``wanted`` (None when no content was
-    given) and, with ``read``, its text (None when absent)."""
+def file_state(path: str, data: bytes | None, wanted: str | None, read: bool,
+               mtime: float | None = None) -> dict[str, Any]:
+    """One file: whether it exists, its SHA-256, its modification time (``mtime``, seconds of the wall clock; None
+    when absent or not given), whether it holds exactly ``wanted`` (None when no content was given) and, with
+    ``read``, its text (None when absent)."""
     state: dict[str, Any] = {"path": path, "exists": data is not None,
                              "sha256": hashlib.sha256(data).hexdigest() if data is not None else None,
-                             "matches": None}
+                             "mtime": mtime if data is not None else None, "matches": None}
     if wanted is not None:
         state["matches"] = data is not None and data == wanted.encode("utf-8")
     if read:
@@ -110,7 +145,8 @@ def differences(unit: Mapping[str, Any] | None, files: Sequence[Mapping[str, Any
                 enabled: bool | None = True) -> list[str]:
     """What keeps the service from being as planned, one phrase each (empty: installed as planned, and the unit
     active or not as ``running`` asks, enabled at boot or not as ``enabled`` asks; ``None``: either way, not
-    compared - a caller that installs and leaves the unit's state as it finds it)."""
+    compared - a caller that installs and leaves the unit's state as it finds it). A running unit whose process
+    predates a compared file (stale_files) is not as planned either way: it runs what was there before."""
     found: list[str] = []
     for item in files:
         if item["matches"] is None:
@@ -132,4 +168,8 @@ def differences(unit: Mapping[str, Any] | None, files: Sequence[Mapping[str, Any
                              "not enabled")
             elif enabled is False and unit["enabled"]:
                 found.append(f"the unit {unit['name']} is enabled at boot, not disabled")
+        stale = stale_files(unit, [item for item in files if item["matches"]])   # a differing file is named above
+        if stale:
+            found.append(f"the unit {unit['name']} runs a process started before {', '.join(stale)} changed: it "
+                         "needs a restart to run what is installed")
     return found

@@ -147,6 +147,20 @@ options:
       - That file as read in this run (C(exists), C(sha256), as M(dgxspark.vllm.service_files_info) returns it). Given,
         RV(current) is also false unless it holds O(webhook_url) (or is absent when that is empty).
     type: dict
+  unit_read:
+    description:
+      - The guard's unit on the head as read in this run (C(running), C(started_at), as
+        M(dgxspark.vllm.service_files_info) returns a unit). With O(installed_read), RV(restart) tells whether the
+        running guard is older than the files it runs from.
+    type: dict
+  installed_read:
+    description:
+      - The guard's files on the head that each install writes last, as read in this run (each with C(path), C(exists)
+        and C(mtime), as M(dgxspark.vllm.service_files_info) returns a file) - its configuration, which names the
+        fingerprint of the program, the module_utils and the unit, and the webhook URL's file.
+    type: list
+    elements: dict
+    default: []
   access_read:
     description:
       - What the nodes hold of the guard's access, as read in this run - C(head_public_key) (the text of the head's
@@ -211,6 +225,19 @@ arm:
   returned: success
   type: bool
   sample: false
+restart:
+  description:
+    - Whether the guard runs a process that started before one of O(installed_read) was written (an install whose
+      restart did not happen - the run failed before its handlers, or was stopped): the role restarts it. False when
+      it does not run, or O(unit_read) is not given.
+  returned: success
+  type: bool
+  sample: false
+restart_reason:
+  description: The files the running guard is older than (one phrase), or an empty string.
+  returned: success
+  type: str
+  sample: ""
 arm_reason:
   description: Why the guard is armed now, or why it is not (one phrase).
   returned: success

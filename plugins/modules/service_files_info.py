@@ -153,6 +153,9 @@ current:
   description:
     - Every file given with C(content) holds it, and the unit (when given) is loaded, active or not as O(running)
       plans and enabled at boot or not as O(enabled) plans.
+    - A running unit whose process started before one of those files was last written is not current either way
+      (O(compare_state) or not); its RV(unit) C(stale) is true. It runs what was there before: an install whose
+      restart did not happen (the run failed before its handlers, or was stopped).
   returned: always
   type: bool
   sample: true
@@ -169,18 +172,23 @@ unit:
       deactivating); C(enabled), enabled at boot; C(installed), systemd knows its unit file (also with a bad
       setting); C(at_rest), stopped and not enabled at boot (nothing for a stop to do); and systemd's own
       C(load_state), C(active_state) and C(unit_file_state).
+    - C(started_at), when the running process started (seconds since the epoch on the node's clock, the clock of
+      the files' C(mtime); null when the unit is not active); C(stale_files), the files given with C(content) that
+      hold it and were written after that start; C(stale), whether there is any (a restart is due).
   returned: always
   type: dict
   sample: {name: dgxspark-cache-flush-follow.service, load_state: loaded, active_state: active,
            unit_file_state: enabled, loaded: true, running: true, stopped: false, enabled: true, installed: true,
-           at_rest: false}
+           at_rest: false, started_at: 1796583001.25, stale_files: [], stale: false}
 files:
-  description: One entry per O(files) item, in order, with C(path), C(exists), C(sha256), C(matches) (null
-    without C(content)) and, with C(read), C(content) (null when the file is absent).
+  description: One entry per O(files) item, in order, with C(path), C(exists), C(sha256), C(mtime) (its last
+    write, seconds since the epoch; null when absent), C(matches) (null without C(content)) and, with C(read),
+    C(content) (null when the file is absent).
   returned: always
   type: list
   elements: dict
-  sample: [{path: /etc/dgxspark/cache-flush-follow.json, exists: true, sha256: "9f2c...", matches: true}]
+  sample: [{path: /etc/dgxspark/cache-flush-follow.json, exists: true, sha256: "9f2c...", mtime: 1796582990.5,
+            matches: true}]
 by_name:
   description: The entries of RV(files) whose O(files) item has a C(name), by that name (the same values). An entry
     with parts (O(files[].part_of)) also has C(parts), their states; its C(exists) and C(matches) then cover the
@@ -196,7 +204,8 @@ also:
   type: dict
   contains:
     units:
-      description: Each unit of O(also.units), by its name, as in RV(unit).
+      description: Each unit of O(also.units), by its name, as in RV(unit) but for C(stale_files) and C(stale) (no
+        file is compared for it: the caller compares C(started_at) with the C(mtime) of the files it reads).
       type: dict
       returned: always
     files:
@@ -215,21 +224,31 @@ also:
                                     content: "{}"}}}
 """
 
+import os
+import time
+
 from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.dgxspark.vllm.plugins.module_utils._service_state import (
-    UNIT_PROPERTIES, ServiceFilesError, by_name, check_names, differences, file_state, parse_show, unit_state)
+    UNIT_PROPERTIES, ServiceFilesError, by_name, check_names, differences, file_state, parse_show, stale_files,
+    unit_state)
 
 
-def _read(module: AnsibleModule, path: str) -> bytes | None:
+def _read(module: AnsibleModule, path: str) -> tuple[bytes | None, float | None]:
+    """The file's bytes and modification time; (None, None) when it does not exist."""
     try:
         with open(path, "rb") as handle:
-            return handle.read()
+            return handle.read(), os.fstat(handle.fileno()).st_mtime
     except FileNotFoundError:
-        return None
+        return None, None
     except OSError as exc:
         module.fail_json(msg="cannot read %s on this node: %s" % (path, exc.strerror))
-    return None
+    return None, None
+
+
+def _file(module: AnsibleModule, item: dict, wanted: str | None) -> dict:
+    data, mtime = _read(module, item["path"])
+    return file_state(item["path"], data, wanted, item["read"], mtime)
 
 
 def _unit(module: AnsibleModule, name: str) -> dict:
@@ -238,7 +257,7 @@ def _unit(module: AnsibleModule, name: str) -> dict:
     rc, out, err = module.run_command(argv)
     if rc != 0:
         module.fail_json(msg="systemctl show %s failed on this node: %s" % (name, " ".join(err.split()) or rc))
-    return unit_state(name, parse_show(out))
+    return unit_state(name, parse_show(out), (time.time(), time.monotonic()))
 
 
 def main() -> None:
@@ -273,12 +292,14 @@ def main() -> None:
     except ServiceFilesError as exc:
         module.fail_json(msg=str(exc))
     unit = _unit(module, module.params["unit"]) if module.params["unit"] else None
-    files = [file_state(item["path"], _read(module, item["path"]), item["content"], item["read"])
-             for item in module.params["files"]]
+    files = [_file(module, item, item["content"]) for item in module.params["files"]]
     compared = module.params["compare_state"]
     found = differences(unit, files, module.params["running"] if compared else None,
                         module.params["enabled"] if compared else None)
-    also_files = [file_state(item["path"], _read(module, item["path"]), None, item["read"]) for item in also["files"]]
+    if unit is not None:
+        unit["stale_files"] = stale_files(unit, [item for item in files if item["matches"]])
+        unit["stale"] = bool(unit["stale_files"])
+    also_files = [_file(module, item, None) for item in also["files"]]
     also_read = {"units": {name: _unit(module, name) for name in also["units"]}, "files": also_files,
                  "by_name": by_name(also["files"], also_files)}
     module.exit_json(changed=False, current=not found, differences=found, unit=unit, files=files,

@@ -283,10 +283,11 @@ def test_disarm_on_a_worker_removes_what_the_read_found(found: set, passwd: str,
     assert _disarm_on("lab-worker", found, passwd=passwd) == ran
 
 
-def _follow_variables(state: str, unit: str) -> dict:
+def _follow_variables(state: str, unit: str, stale: bool = False) -> dict:
     variables = _trusted(dict(_load(ROOT / "roles" / "cache_flush" / "defaults" / "main.yml")))
+    read = dict(unit_state("f.service", parse_show(unit)), stale=stale)   # the module's: files newer than its process
     variables.update(cache_flush_follow_state=state, ansible_check_mode=False,
-                     cache_flush_read={"current": False, "unit": unit_state("f.service", parse_show(unit))})
+                     cache_flush_read={"current": False, "unit": read})
     return variables
 
 
@@ -303,20 +304,22 @@ def test_the_follow_mode_stop_runs_where_the_unit_is_installed_and_not_at_rest(u
     assert _runs(stop, _follow_variables("started", unit)) == {}
 
 
-@pytest.mark.parametrize("unit, program, unit_file, ran", [
+@pytest.mark.parametrize("unit, program, unit_file, stale, ran", [
     # installed only: a running unit whose program or unit changed is restarted (with a reload when its unit changed)
-    (ACTIVE, True, False, ["restarted", False]),
-    (ACTIVE, False, True, ["restarted", True]),
-    ("LoadState=loaded\nActiveState=activating\nUnitFileState=enabled\n", True, False, ["restarted", False]),
+    (ACTIVE, True, False, False, ["restarted", False]),
+    (ACTIVE, False, True, False, ["restarted", True]),
+    ("LoadState=loaded\nActiveState=activating\nUnitFileState=enabled\n", True, False, False, ["restarted", False]),
     # a stopped unit stays stopped: its new unit file is loaded (a later start takes it), a new program waits for it
-    (AT_REST, False, True, [None, True]),
-    (AT_REST, True, False, None),
-    (ACTIVE, False, False, None),
+    (AT_REST, False, True, False, [None, True]),
+    (AT_REST, True, False, False, None),
+    (ACTIVE, False, False, False, None),
+    # nothing written now, but the running process is older than its files (an install whose restart did not happen)
+    (ACTIVE, False, False, True, ["restarted", True]),
 ])
-def test_installed_only_restarts_a_running_follow_mode_unit_whose_files_changed(unit, program, unit_file, ran):
+def test_installed_only_restarts_a_running_follow_mode_unit_whose_files_changed(unit, program, unit_file, stale, ran):
     tasks = [task for task in _load(ROOT / "roles" / "cache_flush" / "tasks" / "follow_install.yml")
              if "ansible.builtin.systemd_service" in task]
-    variables = _follow_variables("installed", unit)
+    variables = _follow_variables("installed", unit, stale)
     variables.update(_trusted(_load(ROOT / "roles" / "cache_flush" / "vars" / "main.yml")))
     variables.update(__cache_flush_program={"changed": program}, __cache_flush_follow_config={"changed": False},
                      __cache_flush_follow_unit={"changed": unit_file})
@@ -328,6 +331,41 @@ def test_installed_only_restarts_a_running_follow_mode_unit_whose_files_changed(
         state = tasks[1]["ansible.builtin.systemd_service"]["state"]
         rendered = Templar(loader=DataLoader(), variables=dict(variables, omit=None)).template(_trusted(state))
         assert [rendered or None, args["daemon_reload"]] == ran
+
+
+@pytest.mark.parametrize("stale, program, ran", [
+    (False, False, ["started", False]),
+    (True, False, ["restarted", True]),    # older than its files: restarted, its unit file reloaded
+    (False, True, ["restarted", False]),   # a new program written now
+])
+def test_started_restarts_a_follow_mode_unit_older_than_its_files(stale: bool, program: bool, ran: list) -> None:
+    """A unit whose running process predates its files (an earlier install whose restart did not happen) would be left
+    running the old program by a plain start: the read's stale restarts it."""
+    tasks = [task for task in _load(ROOT / "roles" / "cache_flush" / "tasks" / "follow_install.yml")
+             if "ansible.builtin.systemd_service" in task]
+    variables = _follow_variables("started", ACTIVE, stale)
+    variables.update(_trusted(_load(ROOT / "roles" / "cache_flush" / "vars" / "main.yml")))
+    variables.update(__cache_flush_program={"changed": program}, __cache_flush_follow_config={"changed": False},
+                     __cache_flush_follow_unit={"changed": False})
+    assert list(_runs(tasks, variables)) == [tasks[0]["name"]]
+    module = tasks[0]["ansible.builtin.systemd_service"]
+    rendered = Templar(loader=DataLoader(), variables=variables).template(
+        _trusted({key: module[key] for key in ("state", "daemon_reload")}))
+    assert [rendered["state"], rendered["daemon_reload"]] == ran
+
+
+@pytest.mark.parametrize("state, stale, ran", [
+    ("started", False, ["started", False]),
+    ("started", True, ["restarted", True]),
+    ("stopped", True, ["stopped", True]),   # stopped either way
+])
+def test_the_load_window_service_is_restarted_when_it_runs_older_than_its_files(state: str, stale: bool, ran: list):
+    task = [task for task in _load(ROOT / "roles" / "cache_flush" / "tasks" / "main_install.yml")
+            if "ansible.builtin.systemd_service" in task][0]
+    variables = {"cache_flush_state": state, "cache_flush_read": {"unit": {"stale": stale}}}
+    rendered = Templar(loader=DataLoader(), variables=variables).template(
+        _trusted({key: task["ansible.builtin.systemd_service"][key] for key in ("state", "daemon_reload")}))
+    assert [rendered["state"], rendered["daemon_reload"]] == ran
 
 
 @pytest.mark.parametrize("unit, restarts", [(ACTIVE, True), (AT_REST, False), (NOT_FOUND, False),
@@ -361,3 +399,27 @@ def test_release_gives_back_only_the_lock_its_step_took_unless_any_is_asked(held
                      guard_holder=holder, guard_release_any=release_any)
     variables["__guard_held_by"] = _trusted(_load(ROOT / "roles" / "guard" / "vars" / "main.yml")["__guard_held_by"])
     assert sorted(_runs(tasks, variables)) == (sorted(task["name"] for task in tasks) if released else [])
+
+
+@pytest.mark.parametrize("host, restart, check_mode, runs", [
+    ("spark1", True, False, True),
+    ("spark1", False, False, False),
+    ("spark2", True, False, False),   # the guard runs on the head only
+    ("spark1", True, True, False),
+])
+def test_prepare_restarts_a_guard_older_than_its_installed_files(host: str, restart: bool, check_mode: bool, runs: bool):
+    """guard_config decides (restart) from the read of the guard's unit and of the files an install writes last, both
+    passed from the one read; prepare restarts the guard on the head, after the handlers, with systemd reloaded."""
+    prepare = _load(TASKS / "prepare.yml")
+    plan = next(task for task in prepare if "dgxspark.vllm.guard_config" in task)["dgxspark.vllm.guard_config"]
+    assert plan["unit_read"] == "{{ __guard_head_also.units[guard_service_name ~ '.service'] }}"
+    assert plan["installed_read"] == ["{{ __guard_head_also.by_name.config }}", "{{ __guard_head_also.by_name.webhook }}"]
+    names = [task["name"] for task in prepare]
+    restart_task = next(task for task in prepare if "__guard_plan.restart" in str(task.get("when", "")))
+    assert names.index(restart_task["name"]) == names.index(
+        "Reload systemd and restart the guard when its program, configuration or unit changed") + 1
+    assert restart_task["ansible.builtin.systemd_service"] == {
+        "name": "{{ guard_service_name }}.service", "state": "restarted", "daemon_reload": True}
+    variables = {"inventory_hostname": host, "dgxspark_vllm_config": {"head": "spark1"}, "ansible_check_mode": check_mode,
+                 "__guard_plan": {"restart": restart}}
+    assert bool(_runs([restart_task], variables)) is runs

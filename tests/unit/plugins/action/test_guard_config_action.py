@@ -240,3 +240,30 @@ def test_a_webhook_url_that_is_not_http_fails_without_showing_it(tmp_path: Path)
         _run(tmp_path, webhook_url="ftp://files.example/sekrit-token")
     assert str(info.value) == ("the group guard cannot be configured: the webhook URL must be an http:// or https:// "
                                "URL (it starts with 'ftp:')")
+
+
+RUNNING_SINCE = {"name": "dgxspark-group-guard.service", "running": True, "started_at": 1000.0}
+
+
+@pytest.mark.parametrize(("unit", "mtimes", "restart"), [
+    (RUNNING_SINCE, (900.0, 950.0), False),                       # written, then the guard (re)started
+    (RUNNING_SINCE, (1000.5, 950.0), True),                       # its configuration written after its start
+    (RUNNING_SINCE, (900.0, 1200.0), True),                       # the webhook URL's file too
+    (dict(RUNNING_SINCE, running=False, started_at=None), (1000.5, 1200.0), False),   # stopped: its start loads them
+    (None, (1000.5, 1200.0), False),                              # the unit was not read
+])
+def test_restart_when_the_running_guard_is_older_than_the_files_an_install_writes_last(
+        tmp_path: Path, unit: dict | None, mtimes: tuple, restart: bool) -> None:
+    files = [{"path": "/etc/dgxspark/guard.json", "exists": True, "mtime": mtimes[0]},
+             {"path": "/etc/dgxspark/guard/webhook_url", "exists": True, "mtime": mtimes[1]}]
+    extra: dict[str, Any] = {"installed_read": files}
+    if unit is not None:
+        extra["unit_read"] = unit
+    result = _run(tmp_path, **extra)
+    assert result["restart"] is restart
+    assert bool(result["restart_reason"]) is restart
+    if restart:
+        assert "an install whose restart did not happen" in result["restart_reason"]
+    # an absent file (no webhook set) is never judged
+    gone = [dict(files[0], mtime=900.0), {"path": "/etc/dgxspark/guard/webhook_url", "exists": False, "mtime": None}]
+    assert _run(tmp_path, installed_read=gone, unit_read=RUNNING_SINCE)["restart"] is False

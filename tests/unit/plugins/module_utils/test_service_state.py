@@ -9,7 +9,7 @@ import re
 import pytest
 
 from ansible_collections.dgxspark.vllm.plugins.module_utils._service_state import (
-    ServiceFilesError, by_name, check_names, differences, file_state, parse_show, unit_state)
+    ServiceFilesError, by_name, check_names, differences, file_state, parse_show, stale_files, unit_state)
 
 # systemctl show --property=LoadState --property=ActiveState --property=UnitFileState, as systemd 252 prints it
 RUNNING = "LoadState=loaded\nActiveState=active\nUnitFileState=enabled\n"
@@ -54,8 +54,8 @@ def test_files_without_planned_content_are_read_not_judged() -> None:
     key = file_state("/etc/ssh/ssh_host_ed25519_key.pub", b"ssh-ed25519 AAAA root@w\n", None, True)
     absent = file_state("/etc/dgxspark/guard.json", None, None, True)
     assert key["content"] == "ssh-ed25519 AAAA root@w\n" and key["matches"] is None
-    assert absent == {"path": "/etc/dgxspark/guard.json", "exists": False, "sha256": None, "matches": None,
-                      "content": None}
+    assert absent == {"path": "/etc/dgxspark/guard.json", "exists": False, "sha256": None, "mtime": None,
+                      "matches": None, "content": None}
     assert differences(None, [key, absent]) == []
 
 
@@ -155,3 +155,66 @@ def test_a_unit_is_installed_unless_systemd_finds_no_file_and_at_rest_when_stopp
         show: str, installed: bool, at_rest: bool) -> None:
     unit = unit_state(UNIT, parse_show(show))
     assert (unit["installed"], unit["at_rest"]) == (installed, at_rest)
+
+
+ACTIVE_SINCE = "LoadState=loaded\nActiveState=active\nUnitFileState=enabled\nExecMainStartTimestampMonotonic=500000000\n"
+# the node's clocks read together: wall 10000 s at monotonic 1000 s, so the process (monotonic 500 s) started at 9500
+CLOCK = (10000.0, 1000.0)
+
+
+@pytest.mark.parametrize(("show", "clock", "started"), [
+    (ACTIVE_SINCE, CLOCK, 9500.0),
+    (ACTIVE_SINCE, None, None),   # no clock given: not known
+    (ACTIVE_SINCE.replace("=500000000", "=0"), CLOCK, None),   # never started since boot
+    (ACTIVE_SINCE.replace("=500000000", "="), CLOCK, None),   # systemd gave no value
+    (ACTIVE_SINCE.replace("ActiveState=active", "ActiveState=inactive"), CLOCK, None),   # not running
+])
+def test_a_running_units_start_is_read_on_the_wall_clock(show: str, clock, started) -> None:
+    assert unit_state("x.service", parse_show(show), clock)["started_at"] == started
+
+
+def _file(path: str, mtime: float | None, wanted: str | None = "planned", data: bytes | None = b"planned") -> dict:
+    return file_state(path, data, wanted, False, mtime)
+
+
+@pytest.mark.parametrize(("mtimes", "stale"), [
+    ((9400.0, 9499.9), []),                       # both written before the process started
+    ((9400.0, 9500.5), ["/b"]),                   # /b written after: the process never loaded it
+    ((9600.0, 9700.0), ["/a", "/b"]),
+    ((None, 9700.0), ["/b"]),                     # a file without a known mtime is not judged
+])
+def test_files_written_after_the_running_process_started_are_stale(mtimes, stale) -> None:
+    unit = unit_state("x.service", parse_show(ACTIVE_SINCE), CLOCK)
+    files = [_file("/a", mtimes[0]), _file("/b", mtimes[1])]
+    assert stale_files(unit, files) == stale
+    found = differences(unit, files)
+    assert (found == []) == (stale == [])
+    if stale:
+        assert found == [f"the unit x.service runs a process started before {', '.join(stale)} changed: it needs a "
+                         "restart to run what is installed"]
+
+
+@pytest.mark.parametrize("show", [
+    ACTIVE_SINCE.replace("ActiveState=active", "ActiveState=inactive"),   # stopped: its next start loads the files
+    ACTIVE_SINCE.replace("=500000000", "=0"),                             # start unknown
+])
+def test_a_unit_that_does_not_run_or_whose_start_is_unknown_is_never_stale(show: str) -> None:
+    unit = unit_state("x.service", parse_show(show), CLOCK)
+    assert stale_files(unit, [_file("/a", 99999.0)]) == []
+    assert stale_files(None, [_file("/a", 99999.0)]) == []
+
+
+def test_staleness_counts_with_the_state_not_compared_and_only_for_files_that_hold_the_plan() -> None:
+    unit = unit_state("x.service", parse_show(ACTIVE_SINCE), CLOCK)
+    newer_same = _file("/same", 9600.0)
+    newer_other = _file("/other", 9600.0, wanted="planned", data=b"changed")   # named as differing, not as stale
+    read_only = _file("/read", 9600.0, wanted=None)                             # not compared: never judged
+    found = differences(unit, [newer_same, newer_other, read_only], None, None)
+    assert found == ["/other differs from the planned content",
+                     "the unit x.service runs a process started before /same changed: it needs a restart to run what "
+                     "is installed"]
+
+
+def test_an_absent_file_has_no_mtime() -> None:
+    assert file_state("/gone", None, None, False, 123.0)["mtime"] is None
+    assert file_state("/here", b"x", None, False, 123.0)["mtime"] == 123.0

@@ -3,6 +3,7 @@
 """Tests for the service_files_info module: files read for real, systemctl answered by a fake run_command."""
 from __future__ import annotations
 
+import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -112,3 +113,25 @@ def test_a_name_given_twice_fails_before_anything_is_read(tmp_path: Path) -> Non
     with pytest.raises(ModuleFail, match="also.files: the name 'key' is given to 2 files"):
         _run({"unit": "flush.service", "also": {"files": [{"path": str(tmp_path / "a"), "name": "key"},
                                                           {"path": str(tmp_path / "b"), "name": "key"}]}}, {})
+
+
+@pytest.mark.parametrize("started_ago, stale", [(100.0, True), (-5.0, False)])
+def test_a_running_unit_older_than_a_file_it_runs_from_is_not_current(tmp_path: Path, started_ago: float,
+                                                                        stale: bool) -> None:
+    """The node's own clocks: the file is written now; the process started 100 s ago (before it: stale, a restart is
+    due) or will have started 5 s from now (after it: as planned)."""
+    own = tmp_path / "flush.json"
+    own.write_text("planned")
+    since = int((time.monotonic() - started_ago) * 1e6)
+    show = ACTIVE + f"ExecMainStartTimestampMonotonic={since}\n"
+    result, _asked = _run({"unit": "flush.service", "files": [{"path": str(own), "content": "planned"}],
+                           "also": {"units": ["guard.service"], "files": [{"path": str(own)}]}},
+                          {"flush.service": show, "guard.service": show})
+    assert result["unit"]["stale"] is stale and result["current"] is not stale
+    assert result["unit"]["stale_files"] == ([str(own)] if stale else [])
+    assert abs(result["files"][0]["mtime"] - own.stat().st_mtime) < 1e-6
+    assert abs(result["unit"]["started_at"] - (time.time() - started_ago)) < 2
+    # what is read alongside carries the times for the caller to judge, not a verdict
+    assert "stale" not in result["also"]["units"]["guard.service"]
+    assert result["also"]["units"]["guard.service"]["started_at"] == pytest.approx(result["unit"]["started_at"], abs=0.1)
+    assert result["also"]["files"][0]["mtime"] == result["files"][0]["mtime"]
