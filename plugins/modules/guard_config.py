@@ -228,7 +228,7 @@ arm:
 restart:
   description:
     - Whether the guard runs a process that started before one of O(installed_read) was written (an install whose
-      restart did not happen - the run failed before its handlers, or was stopped): the role restarts it. False when
+      restart did not happen - the run failed before its handlers, or was stopped); the role restarts it. False when
       it does not run, or O(unit_read) is not given.
   returned: success
   type: bool

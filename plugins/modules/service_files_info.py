@@ -154,7 +154,7 @@ current:
     - Every file given with C(content) holds it, and the unit (when given) is loaded, active or not as O(running)
       plans and enabled at boot or not as O(enabled) plans.
     - A running unit whose process started before one of those files was last written is not current either way
-      (O(compare_state) or not); its RV(unit) C(stale) is true. It runs what was there before: an install whose
+      (O(compare_state) or not); its RV(unit) C(stale) is true. It runs what was there before, from an install whose
       restart did not happen (the run failed before its handlers, or was stopped).
   returned: always
   type: bool
@@ -205,7 +205,7 @@ also:
   contains:
     units:
       description: Each unit of O(also.units), by its name, as in RV(unit) but for C(stale_files) and C(stale) (no
-        file is compared for it: the caller compares C(started_at) with the C(mtime) of the files it reads).
+        file is compared for it; the caller compares C(started_at) with the C(mtime) of the files it reads).
       type: dict
       returned: always
     files:

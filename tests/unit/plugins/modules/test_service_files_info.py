@@ -116,8 +116,8 @@ def test_a_name_given_twice_fails_before_anything_is_read(tmp_path: Path) -> Non
 
 
 @pytest.mark.parametrize("started_ago, stale", [(100.0, True), (-5.0, False)])
-def test_a_running_unit_older_than_a_file_it_runs_from_is_not_current(tmp_path: Path, started_ago: float,
-                                                                        stale: bool) -> None:
+def test_a_running_unit_older_than_a_file_it_runs_from_is_not_current(
+        tmp_path: Path, started_ago: float, stale: bool) -> None:
     """The node's own clocks: the file is written now; the process started 100 s ago (before it: stale, a restart is
     due) or will have started 5 s from now (after it: as planned)."""
     own = tmp_path / "flush.json"
