@@ -8,7 +8,7 @@
 # The group guard is installed before the launch (site.yml's cache_flush step, timed and printed apart) and armed by
 # the launch's last play, which the wall time counts.
 # Usage: bench/launch.sh   (brings the lab up and stages the model if needed; leaves the serve running)
-# The no-op re-run is measured BENCH_NOOP_RUNS times (default 3) right after the launch; the ratio is the median's.
+# The no-op re-run is measured BENCH_NOOP_RUNS times (default 5) from right after the launch; the ratio is the median's.
 # Beside it, as many runs of the floor (bench/noop_floor.yml): the least any no-op in the launch's shape costs on this
 # machine (two plays, the configuration and one read a node each), so that the no-op's own cost is the difference.
 # The lab's nodes share this machine's kernel, so each page-cache flush on a node (the launch's flush service, and the
@@ -41,17 +41,19 @@ ANSIBLE_CALLBACKS_ENABLED=ansible.posix.profile_tasks PROFILE_TASKS_TASK_OUTPUT_
   ansible-playbook -i $inv playbooks/launch.yml "${extra[@]}" >"$tmp/noop.out"
 t2=$(date +%s.%N)
 noops=("$(echo "$t2 - $t1" | bc)")
-for i in $(seq 2 "${BENCH_NOOP_RUNS:-3}"); do
-  a=$(date +%s.%N)
-  ansible-playbook -i $inv playbooks/launch.yml "${extra[@]}" >"$tmp/noop$i.out"
-  noops+=("$(echo "$(date +%s.%N) - $a" | bc)")
-done
-# the floor: the least any no-op in the launch's shape costs here (bench/noop_floor.yml), as many runs, median
+# the floor: the least any no-op in the launch's shape costs here (bench/noop_floor.yml), as many runs, median. The
+# runs alternate (floor, no-op, floor, ...): this machine's speed drifts by tens of percent within minutes, and a drift
+# then falls on both alike instead of on whichever ran last
 floors=()
-for i in $(seq 1 "$(( ${BENCH_NOOP_RUNS:-3} > 1 ? ${BENCH_NOOP_RUNS:-3} : 1 ))"); do
+runs=$(( ${BENCH_NOOP_RUNS:-5} > 1 ? ${BENCH_NOOP_RUNS:-5} : 1 ))
+for i in $(seq 1 "$runs"); do
   a=$(date +%s.%N)
   ansible-playbook -i $inv bench/noop_floor.yml "${extra[@]}" >"$tmp/floor$i.out"
   floors+=("$(echo "$(date +%s.%N) - $a" | bc)")
+  [ "$i" -lt "$runs" ] || break
+  a=$(date +%s.%N)
+  ansible-playbook -i $inv playbooks/launch.yml "${extra[@]}" >"$tmp/noop$((i + 1)).out"
+  noops+=("$(echo "$(date +%s.%N) - $a" | bc)")
 done
 since=$(date -u -d "@${t0%.*}" '+%Y-%m-%d %H:%M:%S')
 flushes=0
@@ -93,7 +95,8 @@ print(f"  (worker start -> head ready, the gap included: {ready - first:.1f} s)"
 print(f"no-op re-run               {noop:7.1f} s  ratio {noop / 5:.2f} of the 5 s goal"
       f"  (median of {len(noops)}: {', '.join(f'{x:.1f}' for x in noops)} s)")
 print(f"no-op floor                {floor:7.1f} s  ratio {floor / 5:.2f} of the 5 s goal  (bench/noop_floor.yml: two plays,"
-      f" the configuration and one read a node each, median of {len(floors)}); the no-op spends {noop - floor:.1f} s above it")
+      f" the configuration and one read a node each, median of {len(floors)}: {', '.join(f'{x:.1f}' for x in floors)} s,"
+      f" run between the no-ops); the no-op spends {noop - floor:.1f} s above it")
 print(f"before the launch          {guard_install:7.1f} s  (cache_flush.yml after the teardown: the flush service read, the"
       f" group guard installed, not armed; site.yml's step before the launch, not counted above)")
 print(f"page-cache flushes         {flushes:7d}    on the lab's nodes while measured (each drops this machine's cache)")
