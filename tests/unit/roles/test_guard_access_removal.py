@@ -304,6 +304,18 @@ def test_the_follow_mode_stop_runs_where_the_unit_is_installed_and_not_at_rest(u
     assert _runs(stop, _follow_variables("started", unit)) == {}
 
 
+def _follow_install(state: str, unit: str, stale: bool, program: bool, unit_file: bool) -> tuple[list, dict]:
+    """follow_install.yml's systemd tasks, and the variables after its writes (the program, the unit file changed or
+    not; the configuration not) on a node whose read found the unit as given."""
+    tasks = [task for task in _load(ROOT / "roles" / "cache_flush" / "tasks" / "follow_install.yml")
+             if "ansible.builtin.systemd_service" in task]
+    variables = _follow_variables(state, unit, stale)
+    variables.update(_trusted(_load(ROOT / "roles" / "cache_flush" / "vars" / "main.yml")))
+    variables.update(__cache_flush_program={"changed": program}, __cache_flush_follow_config={"changed": False},
+                     __cache_flush_follow_unit={"changed": unit_file})
+    return tasks, variables
+
+
 @pytest.mark.parametrize("unit, program, unit_file, stale, ran", [
     # installed only: a running unit whose program or unit changed is restarted (with a reload when its unit changed)
     (ACTIVE, True, False, False, ["restarted", False]),
@@ -317,12 +329,7 @@ def test_the_follow_mode_stop_runs_where_the_unit_is_installed_and_not_at_rest(u
     (ACTIVE, False, False, True, ["restarted", True]),
 ])
 def test_installed_only_restarts_a_running_follow_mode_unit_whose_files_changed(unit, program, unit_file, stale, ran):
-    tasks = [task for task in _load(ROOT / "roles" / "cache_flush" / "tasks" / "follow_install.yml")
-             if "ansible.builtin.systemd_service" in task]
-    variables = _follow_variables("installed", unit, stale)
-    variables.update(_trusted(_load(ROOT / "roles" / "cache_flush" / "vars" / "main.yml")))
-    variables.update(__cache_flush_program={"changed": program}, __cache_flush_follow_config={"changed": False},
-                     __cache_flush_follow_unit={"changed": unit_file})
+    tasks, variables = _follow_install("installed", unit, stale, program, unit_file)
     done = _runs(tasks, variables)
     assert list(done) == ([] if ran is None else [tasks[1]["name"]])   # never the start of the started state
     if ran is not None:
@@ -341,12 +348,7 @@ def test_installed_only_restarts_a_running_follow_mode_unit_whose_files_changed(
 def test_started_restarts_a_follow_mode_unit_older_than_its_files(stale: bool, program: bool, ran: list) -> None:
     """A unit whose running process predates its files (an earlier install whose restart did not happen) would be left
     running the old program by a plain start: the read's stale restarts it."""
-    tasks = [task for task in _load(ROOT / "roles" / "cache_flush" / "tasks" / "follow_install.yml")
-             if "ansible.builtin.systemd_service" in task]
-    variables = _follow_variables("started", ACTIVE, stale)
-    variables.update(_trusted(_load(ROOT / "roles" / "cache_flush" / "vars" / "main.yml")))
-    variables.update(__cache_flush_program={"changed": program}, __cache_flush_follow_config={"changed": False},
-                     __cache_flush_follow_unit={"changed": False})
+    tasks, variables = _follow_install("started", ACTIVE, stale, program, False)
     assert list(_runs(tasks, variables)) == [tasks[0]["name"]]
     module = tasks[0]["ansible.builtin.systemd_service"]
     rendered = Templar(loader=DataLoader(), variables=variables).template(
