@@ -74,6 +74,12 @@ def stale_files(unit: Mapping[str, Any] | None, files: Sequence[Mapping[str, Any
             if item.get("exists") and item.get("mtime") is not None and float(item["mtime"]) > started]
 
 
+def planned_stale_files(unit: Mapping[str, Any] | None, files: Sequence[Mapping[str, Any]]) -> list[str]:
+    """stale_files among the files that hold their planned content (a file that differs is named as differing, and
+    a file only read is never judged): what the unit's ``stale_files`` and its difference line name."""
+    return stale_files(unit, [item for item in files if item["matches"]])
+
+
 class ServiceFilesError(ValueError):
     """A list of files that cannot be read as asked (a name given to two files, an empty name)."""
 
@@ -168,7 +174,7 @@ def differences(unit: Mapping[str, Any] | None, files: Sequence[Mapping[str, Any
                              "not enabled")
             elif enabled is False and unit["enabled"]:
                 found.append(f"the unit {unit['name']} is enabled at boot, not disabled")
-        stale = stale_files(unit, [item for item in files if item["matches"]])   # a differing file is named above
+        stale = planned_stale_files(unit, files)
         if stale:
             found.append(f"the unit {unit['name']} runs a process started before {', '.join(stale)} changed: it "
                          "needs a restart to run what is installed")

@@ -230,8 +230,8 @@ import time
 from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.dgxspark.vllm.plugins.module_utils._service_state import (
-    UNIT_PROPERTIES, ServiceFilesError, by_name, check_names, differences, file_state, parse_show, stale_files,
-    unit_state)
+    UNIT_PROPERTIES, ServiceFilesError, by_name, check_names, differences, file_state, parse_show,
+    planned_stale_files, unit_state)
 
 
 def _read(module: AnsibleModule, path: str) -> tuple[bytes | None, float | None]:
@@ -297,7 +297,7 @@ def main() -> None:
     found = differences(unit, files, module.params["running"] if compared else None,
                         module.params["enabled"] if compared else None)
     if unit is not None:
-        unit["stale_files"] = stale_files(unit, [item for item in files if item["matches"]])
+        unit["stale_files"] = planned_stale_files(unit, files)
         unit["stale"] = bool(unit["stale_files"])
     also_files = [_file(module, item, None) for item in also["files"]]
     also_read = {"units": {name: _unit(module, name) for name in also["units"]}, "files": also_files,
