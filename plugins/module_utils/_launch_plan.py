@@ -51,6 +51,15 @@ MAX_ATTEMPTS = 3
 would need a fourth: the launch fails instead, and the next one starts once from what the record kept."""
 
 
+def carries_out(step: str, kv_record_differs: bool, check_mode: bool) -> bool:
+    """Whether the launch role's entry point run_plan has anything to do after the first plan: a start (the start
+    loop), the check of a group found serving that did not answer everywhere yet (`nothing`), a refusal (`fail`), a KV
+    record the head's copy lacks, or in check mode each node's docker run line. A group found serving its render and
+    answering everywhere (`done`) with the head's record complete leaves it the KV report only, which its caller gives
+    (playbooks/launch.yml): a no-op launch runs neither the entry point's argument validation nor its skipped tasks."""
+    return check_mode or step != "done" or kv_record_differs
+
+
 def starts_at_most(calibrates: bool, accepts_fit: bool) -> int:
     """How many starts a launch may make, from its first plan: a start that serves is the last; a calibration start
     is followed by the start with its budget; only a max-model-len that may be refitted (the inventory's

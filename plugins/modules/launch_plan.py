@@ -162,6 +162,15 @@ kv_record:
       when O(calibration.head_record) was not given or calibration is off.
   returned: success
   type: dict
+carry_out:
+  description:
+    - Whether the launch role's entry point C(run_plan) has anything to do after this plan (the first one): a start,
+      the check of a group found serving that did not answer everywhere yet (C(nothing)), a refusal (C(fail)), a KV
+      record the head's copy lacks (C(kv_record.head_differs)), or in check mode each node's docker run line. False
+      for a group found serving its render and answering everywhere: the caller reports C(message) and skips the
+      entry point (playbooks/launch.yml).
+  returned: success
+  type: bool
 kv:
   description: The KV budget (C(bytes)), its C(source) (inventory, off, cache, calibrate, calibrated), C(key) and C(text).
   returned: success

@@ -164,3 +164,15 @@ def good_start(head_log: str, worker_log: str) -> dict[str, Any]:
                      load=wait(worker_log, "kv_allocated", peers=(IPS[HEAD],), peers_after="weights_loaded"),
                      alive=wait(worker_log, "rendezvous")),
     }
+
+
+def answered(states: dict[str, dict[str, Any]], metrics: dict[str, Any] | None,
+             worker_status: int = 200) -> dict[str, dict[str, Any]]:
+    """The nodes' read with its one try at the head's API (vllm_node_state api_url): the head read /metrics."""
+    out = {}
+    for name, state in states.items():
+        status = 200 if name == HEAD else worker_status
+        api = {"url": "http://10.77.1.11:8000/v1/models", "status": status, "ok": status == 200,
+               "msg": f"HTTP {status}", "metrics": metrics if name == HEAD else None, "metrics_msg": None}
+        out[name] = dict(state, api=api)
+    return out

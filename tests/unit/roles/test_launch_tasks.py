@@ -114,8 +114,14 @@ def test_the_launch_playbook_keeps_the_guard_out_then_arms_it_in_its_own_play() 
     assert entries(launch, "guard") == ["disarm", "maintenance", "release"]
     assert entries(launch, "launch") == ["render", "run_plan"]
     block = launch["tasks"][1]["block"]
-    order = [(_action(task)[1]["name"].rpartition(".")[2], _action(task)[1].get("tasks_from", "main")) for task in block]
-    assert order == [("launch", "render"), ("guard", "maintenance"), ("launch", "run_plan"), ("kit_launch", "main")]
+    order = [(_action(task)[1]["name"].rpartition(".")[2], _action(task)[1].get("tasks_from", "main"))
+             if _action(task)[0] == "include_role" else "report" for task in block]
+    assert order == [("launch", "render"), ("guard", "maintenance"), ("launch", "run_plan"), "report",
+                     ("kit_launch", "main")]
+    # the planner decides whether run_plan has anything to do; a group found serving as planned gets the report only
+    carry, report = block[2], block[3]
+    assert carry["when"][-1] == "launch_plan.carry_out" and report["when"][-1] == "not launch_plan.carry_out"
+    assert report["ansible.builtin.debug"] == {"msg": "{{ launch_plan.message }}"} and report["run_once"] is True
     lock = block[1]
     assert lock["when"][0] == "dgxspark_vllm_config.guard"
     give_back = [task for task in launch["tasks"][1]["rescue"] if _action(task)[0] == "include_role"][0]

@@ -16,7 +16,7 @@ from ansible_collections.dgxspark.vllm.plugins.action.launch_plan import ActionM
 from ansible_collections.dgxspark.vllm.plugins.module_utils._kv_calibration import GIB, dump_cache, load_cache
 from ansible_collections.dgxspark.vllm.plugins.modules import launch_plan
 from helpers.action_runner import run_action
-from helpers.launch import HEAD, WORKER, config, good_start, node_state, nodes, running
+from helpers.launch import HEAD, WORKER, answered, config, good_start, node_state, nodes, running
 from helpers.module_runner import ModuleFail, run_module
 
 AUTO = ("lab_cpu_tp2_head_auto_kv.log.gz", "lab_cpu_tp2_worker_auto_kv.log.gz")
@@ -230,3 +230,28 @@ def test_in_check_mode_the_heads_entries_are_used_but_not_written(tmp_path: Path
                      check_mode=True)
     assert (result["step"], result["kv"]["source"]) == ("nothing", "cache")
     assert not path.exists()
+
+
+def test_only_a_group_found_serving_with_the_heads_record_complete_leaves_run_plan_out(tmp_path: Path) -> None:
+    """carry_out: false only when the first plan is `done` (found serving its render, answering everywhere), the head's
+    copy of the KV record holds every entry and it is not check mode; playbooks/launch.yml then reports and skips
+    run_plan."""
+    path = tmp_path / "kv.json"
+    first = _action(_args(path, calibration={"head_record": ""}))
+    assert (first["step"], first["carry_out"]) == ("calibrate", True)
+    calibrated = _action(_after(first, path, good_start(*AUTO), calibration={"head_record": ""}))
+    head_text = calibrated["kv_record"]["text"]
+    metrics = {"kv_cache_tokens": 4194304, "kv_cache_blocks": 32768, "kv_block_size": 128}
+    serving = answered(running(calibrated["specs"]), metrics)
+    done = _action(_args(path, nodes=serving, calibration={"head_record": head_text}))
+    assert (done["step"], done["kv_record"]["head_differs"], done["carry_out"]) == ("done", False, False)
+    # the head lacks the record: run_plan writes it there
+    behind = _action(_args(path, nodes=serving, calibration={"head_record": ""}))
+    assert (behind["step"], behind["kv_record"]["head_differs"], behind["carry_out"]) == ("done", True, True)
+    # check mode shows each node's docker run line
+    checked = _action(_args(path, nodes=serving, calibration={"head_record": head_text}), check_mode=True)
+    assert (checked["step"], checked["carry_out"]) == ("done", True)
+    # not answering everywhere yet: the API check with retries is run_plan's
+    waiting = _action(_args(path, nodes=running(calibrated["specs"]), calibration={"head_record": head_text}))
+    assert (waiting["step"], waiting["carry_out"]) == ("nothing", True)
+

@@ -25,6 +25,7 @@ from ansible_collections.dgxspark.vllm.plugins.module_utils._launch_plan import 
     Plan,
     PlanError,
     described_nodes,
+    carries_out,
     plan,
     starts_at_most,
 )
@@ -36,6 +37,7 @@ from helpers.launch import (
     IPS,
     LOG_LINES,
     WORKER,
+    answered,
     config,
     good_start,
     log_until,
@@ -343,24 +345,12 @@ def test_nothing_to_do_reports_the_kv_cache_from_the_metrics(metrics: dict[str, 
                             "tokens (from the engine's /metrics) at max-model-len 4096.")
 
 
-def _answered(states: dict[str, dict[str, Any]], metrics: dict[str, Any] | None,
-              worker_status: int = 200) -> dict[str, dict[str, Any]]:
-    """The nodes' read with its one try at the head's API (vllm_node_state api_url): the head read /metrics."""
-    out = {}
-    for name, state in states.items():
-        status = 200 if name == HEAD else worker_status
-        api = {"url": "http://10.77.1.11:8000/v1/models", "status": status, "ok": status == 200,
-               "msg": f"HTTP {status}", "metrics": metrics if name == HEAD else None, "metrics_msg": None}
-        out[name] = dict(state, api=api)
-    return out
-
-
 def test_a_group_found_serving_and_answering_is_done_after_one_read() -> None:
     cfg, states = config(), nodes()
     cache = recorded(cfg, states, {"kv_cache_memory_bytes": ONE_GIB})
     states = running(run(cfg, states, cache).specs)
     metrics = {"kv_cache_tokens": 4194304, "kv_cache_blocks": 32768, "kv_block_size": 128}
-    done = run(cfg, _answered(states, metrics), cache)
+    done = run(cfg, answered(states, metrics), cache)
     key, _parts = lab_key(cfg, states)
     assert (done.step, done.state["attempt"], done.cache, done.any_exists) == ("done", 0, None, True)
     # the group found serving, for the guard (it keeps this group already when its baseline is these starts)
@@ -378,6 +368,21 @@ def test_a_group_found_serving_and_answering_is_done_after_one_read() -> None:
         "tokens (from the engine's /metrics) at max-model-len 4096.")
 
 
+@pytest.mark.parametrize("step, head_differs, check_mode, carried", [
+    ("done", False, False, False),     # found serving and answering, the head's record complete: the report only
+    ("done", True, False, True),       # the head's copy of the KV record lacks an entry: run_plan writes it
+    ("done", False, True, True),       # check mode: each node's docker run line
+    ("nothing", False, False, True),   # found serving, not answering everywhere yet: the API check with retries
+    ("fail", False, False, True),      # the refusal, from run_plan
+    ("start", False, False, True),
+    ("calibrate", False, False, True),
+    ("refit", False, False, True),
+])
+def test_run_plan_is_left_out_only_for_a_group_found_serving_with_nothing_to_record(
+        step: str, head_differs: bool, check_mode: bool, carried: bool) -> None:
+    assert carries_out(step, head_differs, check_mode) is carried
+
+
 @pytest.mark.parametrize("worker_status, metrics", [
     (-1, {"kv_cache_tokens": 4194304}),   # a worker did not reach the head's API: the launch checks with retries
     (401, {"kv_cache_tokens": 4194304}),
@@ -388,7 +393,7 @@ def test_a_group_not_answering_everywhere_is_left_to_the_api_check(worker_status
     cfg, states = config(), nodes()
     cache = recorded(cfg, states, {"kv_cache_memory_bytes": ONE_GIB})
     states = running(run(cfg, states, cache).specs)
-    assert run(cfg, _answered(states, metrics, worker_status), cache).step == "nothing"
+    assert run(cfg, answered(states, metrics, worker_status), cache).step == "nothing"
 
 
 def test_an_answering_api_does_not_stop_a_restart() -> None:
@@ -397,7 +402,7 @@ def test_an_answering_api_does_not_stop_a_restart() -> None:
     cache = recorded(cfg, states, {"kv_cache_memory_bytes": ONE_GIB})
     first = run(cfg, states, cache)
     stale = running({name: dict(spec, config_hash="0" * 64) for name, spec in first.specs.items()})
-    assert run(cfg, _answered(stale, {"kv_cache_tokens": 1}), cache).step == "start"
+    assert run(cfg, answered(stale, {"kv_cache_tokens": 1}), cache).step == "start"
 
 
 # --------------------------------------------------------------------------------------------- failures
