@@ -6,7 +6,9 @@
 # complete." The gap between the worker's rendezvous and the head's start is the launch's own latency (noticing
 # the rendezvous, starting the head's container) and counts as overhead.
 # The group guard is installed before the launch (site.yml's cache_flush step, timed and printed apart) and armed by
-# the launch's last play, which the wall time counts.
+# the launch's last play, which the wall time counts; that play's own time (profile_tasks' elapsed time at its first
+# task to the run's end) is printed too, with the overhead and ratio of the launch's play alone: what the guard's play
+# after the launch costs.
 # Usage: bench/launch.sh   (brings the lab up and stages the model if needed; leaves the serve running)
 # The no-op re-run is measured BENCH_NOOP_RUNS times (default 5) from right after the launch; the ratio is the median's.
 # Beside it, as many runs of the floor (bench/noop_floor.yml): the least any no-op in the launch's shape costs on this
@@ -69,7 +71,9 @@ head=$(docker exec dgxlab-head docker inspect --format '{{.State.StartedAt}}' vl
 # the rendezvous as the launch's wait recognises it (plugins/module_utils/_vllm_log.py, phase rendezvous)
 rdv=$(grep -m1 -E 'Launching vLLM.*headless multiproc executor|world_size=[0-9]+ rank=[0-9]+' "$tmp/worker.log" | cut -d' ' -f1)
 ready=$(grep -m1 'Application startup complete' "$tmp/head.log" | cut -d' ' -f1)
-python3 - "$t0" "$t1" "$first" "$rdv" "$head" "$ready" "$flushes" "$guard_install" "${floors[*]}" "${noops[@]}" <<'PY'
+python3 - "$t0" "$t1" "$first" "$rdv" "$head" "$ready" "$flushes" "$guard_install" "$tmp/launch.out" "${floors[*]}" \
+  "${noops[@]}" <<'PY'
+import re
 import statistics
 import sys
 from datetime import datetime
@@ -79,8 +83,32 @@ def ts(s):
 first, rdv, head, ready = (ts(x) for x in sys.argv[3:7])
 flushes = int(sys.argv[7])
 guard_install = float(sys.argv[8])
-floors = [float(x) for x in sys.argv[9].split()]
-noops = [float(x) for x in sys.argv[10:]]
+floors = [float(x) for x in sys.argv[10].split()]
+noops = [float(x) for x in sys.argv[11:]]
+
+
+def guard_play_seconds(path):
+    """The guard's play of playbooks/launch.yml (its second play), from profile_tasks' elapsed time at its first task
+    to the run's end (TASKS RECAP); None when the output has no such play."""
+    elapsed, in_guard, start, end = None, False, None, None
+    with open(path, encoding="utf-8") as out:
+        for line in out:
+            if line.startswith("PLAY [Arm the group guard"):
+                in_guard = True
+            m = re.search(r"\+0000 \(\d+:\d+:[\d.]+\)\s+(\d+):(\d+):([\d.]+)", line)
+            if m:
+                elapsed = int(m.group(1)) * 3600 + int(m.group(2)) * 60 + float(m.group(3))
+                if in_guard and start is None:
+                    start = elapsed
+            if line.startswith("TASKS RECAP"):
+                end = "next"
+            elif end == "next" and elapsed is not None:
+                end = elapsed
+                break
+    return end - start if start is not None and isinstance(end, float) else None
+
+
+guard_play = guard_play_seconds(sys.argv[9])
 floor = statistics.median(floors)
 engine = (rdv - first) + (ready - head)
 launch, noop = t1 - t0, statistics.median(noops)
@@ -92,6 +120,10 @@ print(f"  before the first rank    {first - t0:7.1f} s  (playbook start -> worke
 print(f"  rendezvous -> head start {head - rdv:7.1f} s  (noticing the worker's rendezvous, starting the head)")
 print(f"  after the head serves    {t1 - ready:7.1f} s  (head ready -> playbook end)")
 print(f"  (worker start -> head ready, the gap included: {ready - first:.1f} s)")
+if guard_play is not None:
+    alone = launch - engine - guard_play
+    print(f"  of which the guard's play {guard_play:7.1f} s  (its own play after the launch; the launch's play alone: overhead"
+          f" {alone:.1f} s, ratio {alone / engine:.2f})")
 print(f"no-op re-run               {noop:7.1f} s  ratio {noop / 5:.2f} of the 5 s goal"
       f"  (median of {len(noops)}: {', '.join(f'{x:.1f}' for x in noops)} s)")
 print(f"no-op floor                {floor:7.1f} s  ratio {floor / 5:.2f} of the 5 s goal  (bench/noop_floor.yml: two plays,"
