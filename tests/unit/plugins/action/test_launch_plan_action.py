@@ -254,4 +254,3 @@ def test_only_a_group_found_serving_with_the_heads_record_complete_leaves_run_pl
     # not answering everywhere yet: the API check with retries is run_plan's
     waiting = _action(_args(path, nodes=running(calibrated["specs"]), calibration={"head_record": head_text}))
     assert (waiting["step"], waiting["carry_out"]) == ("nothing", True)
-
