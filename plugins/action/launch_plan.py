@@ -93,8 +93,8 @@ class ActionModule(ControllerAction):
             if theirs is not None:
                 final = result.cache if result.cache is not None else cache
                 out["kv_record"] = {"text": dump_cache(final), "head_differs": merge(theirs, final) != theirs}
-            out["carry_out"] = carries_out(result.step, bool(out["kv_record"] and out["kv_record"]["head_differs"]),
-                                           check_mode)
+            out["carry_out"] = carries_out(result.step, params["previous"] is None,
+                                           bool(out["kv_record"] and out["kv_record"]["head_differs"]), check_mode)
             if result.cache is not None and path:
                 out["changed"] = True
                 if not check_mode:

@@ -51,13 +51,15 @@ MAX_ATTEMPTS = 3
 would need a fourth: the launch fails instead, and the next one starts once from what the record kept."""
 
 
-def carries_out(step: str, kv_record_differs: bool, check_mode: bool) -> bool:
-    """Whether the launch role's entry point run_plan has anything to do after the first plan: a start (the start
-    loop), the check of a group found serving that did not answer everywhere yet (`nothing`), a refusal (`fail`), a KV
-    record the head's copy lacks, or in check mode each node's docker run line. A group found serving its render and
-    answering everywhere (`done`) with the head's record complete leaves it the KV report only, which its caller gives
-    (playbooks/launch.yml): a no-op launch runs neither the entry point's argument validation nor its skipped tasks."""
-    return check_mode or step != "done" or kv_record_differs
+def carries_out(step: str, first: bool, kv_record_differs: bool, check_mode: bool) -> bool:
+    """Whether the launch role's entry point run_plan has (or had) anything to do: after the first plan, a start (the
+    start loop), the check of a group found serving that did not answer everywhere yet (`nothing`), a refusal
+    (`fail`), a KV record the head's copy lacks, or in check mode each node's docker run line. A first plan that finds
+    the group serving its render and answering everywhere (`done`) with the head's record complete leaves it the KV
+    report only, which its caller gives (playbooks/launch.yml): a no-op launch runs neither the entry point's argument
+    validation nor its skipped tasks. Every later plan is made inside run_plan (a start's, the API check's): true, so
+    that the caller does not report a second time."""
+    return not first or check_mode or step != "done" or kv_record_differs
 
 
 def starts_at_most(calibrates: bool, accepts_fit: bool) -> int:

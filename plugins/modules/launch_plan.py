@@ -168,9 +168,10 @@ carry_out:
       a start, the check of a group found serving that did not answer everywhere yet (C(nothing)), a refusal
       (C(fail)), a KV record the head's copy lacks (RV(kv_record.head_differs)), or in check mode each node's docker
       run line.
-    - False for a group found serving its render and answering everywhere (RV(step=done)) with the head's copy of the
-      KV record complete; the caller (playbooks/launch.yml) then reports RV(message) and does not run the entry
-      point.
+    - False only for a first plan (no O(previous)) that finds the group serving its render and answering everywhere
+      (RV(step=done)) with the head's copy of the KV record complete; the caller (playbooks/launch.yml) then reports
+      RV(message) and does not run the entry point. Every later plan (a start's, the API check's, made inside the
+      entry point) is true.
   returned: success
   type: bool
 kv:

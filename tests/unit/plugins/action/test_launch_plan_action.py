@@ -241,6 +241,9 @@ def test_only_a_group_found_serving_with_the_heads_record_complete_leaves_run_pl
     assert (first["step"], first["carry_out"]) == ("calibrate", True)
     calibrated = _action(_after(first, path, good_start(*AUTO), calibration={"head_record": ""}))
     head_text = calibrated["kv_record"]["text"]
+    # the start's last plan is made inside run_plan, which reports it: never a second report by the caller
+    started = _action(_after(calibrated, path, good_start(*READY), calibration={"head_record": head_text}))
+    assert (started["step"], started["kv_record"]["head_differs"], started["carry_out"]) == ("done", False, True)
     metrics = {"kv_cache_tokens": 4194304, "kv_cache_blocks": 32768, "kv_block_size": 128}
     serving = answered(running(calibrated["specs"]), metrics)
     done = _action(_args(path, nodes=serving, calibration={"head_record": head_text}))

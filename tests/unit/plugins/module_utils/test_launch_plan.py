@@ -368,19 +368,20 @@ def test_a_group_found_serving_and_answering_is_done_after_one_read() -> None:
         "tokens (from the engine's /metrics) at max-model-len 4096.")
 
 
-@pytest.mark.parametrize("step, head_differs, check_mode, carried", [
-    ("done", False, False, False),     # found serving and answering, the head's record complete: the report only
-    ("done", True, False, True),       # the head's copy of the KV record lacks an entry: run_plan writes it
-    ("done", False, True, True),       # check mode: each node's docker run line
-    ("nothing", False, False, True),   # found serving, not answering everywhere yet: the API check with retries
-    ("fail", False, False, True),      # the refusal, from run_plan
-    ("start", False, False, True),
-    ("calibrate", False, False, True),
-    ("refit", False, False, True),
+@pytest.mark.parametrize("step, first, head_differs, check_mode, carried", [
+    ("done", True, False, False, False),     # found serving and answering, the head's record complete: the report only
+    ("done", True, True, False, True),       # the head's copy of the KV record lacks an entry: run_plan writes it
+    ("done", True, False, True, True),       # check mode: each node's docker run line
+    ("done", False, False, False, True),     # a start's last plan, inside run_plan (which reported it): no second report
+    ("nothing", True, False, False, True),   # found serving, not answering everywhere yet: the API check with retries
+    ("fail", True, False, False, True),      # the refusal, from run_plan
+    ("start", True, False, False, True),
+    ("calibrate", True, False, False, True),
+    ("refit", True, False, False, True),
 ])
 def test_run_plan_is_left_out_only_for_a_group_found_serving_with_nothing_to_record(
-        step: str, head_differs: bool, check_mode: bool, carried: bool) -> None:
-    assert carries_out(step, head_differs, check_mode) is carried
+        step: str, first: bool, head_differs: bool, check_mode: bool, carried: bool) -> None:
+    assert carries_out(step, first, head_differs, check_mode) is carried
 
 
 @pytest.mark.parametrize("worker_status, metrics", [
