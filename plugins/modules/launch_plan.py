@@ -166,7 +166,7 @@ carry_out:
   description:
     - Whether the launch role's entry point C(run_plan) has anything to do after this plan (the first one), that is
       a start, the check of a group found serving that did not answer everywhere yet (C(nothing)), a refusal
-      (C(fail)), a KV record the head's copy lacks (RV(kv_record.head_differs)), or in check mode each node's docker
+      (C(fail)), a KV record the head's copy lacks (C(kv_record.head_differs)), or in check mode each node's docker
       run line.
     - False only for a first plan (no O(previous)) that finds the group serving its render and answering everywhere
       (RV(step=done)) with the head's copy of the KV record complete; the caller (playbooks/launch.yml) then reports
