@@ -166,6 +166,10 @@ def good_start(head_log: str, worker_log: str) -> dict[str, Any]:
     }
 
 
+SERVED_METRICS = {"kv_cache_tokens": 4194304, "kv_cache_blocks": 32768, "kv_block_size": 128}
+"""The head's /metrics of a serving lab group, as vllm_node_state reads it with api_metrics."""
+
+
 def answered(states: dict[str, dict[str, Any]], metrics: dict[str, Any] | None,
              worker_status: int = 200) -> dict[str, dict[str, Any]]:
     """The nodes' read with its one try at the head's API (vllm_node_state api_url): the head read /metrics."""

@@ -16,7 +16,7 @@ from ansible_collections.dgxspark.vllm.plugins.action.launch_plan import ActionM
 from ansible_collections.dgxspark.vllm.plugins.module_utils._kv_calibration import GIB, dump_cache, load_cache
 from ansible_collections.dgxspark.vllm.plugins.modules import launch_plan
 from helpers.action_runner import run_action
-from helpers.launch import HEAD, WORKER, answered, config, good_start, node_state, nodes, running
+from helpers.launch import HEAD, SERVED_METRICS, WORKER, answered, config, good_start, node_state, nodes, running
 from helpers.module_runner import ModuleFail, run_module
 
 AUTO = ("lab_cpu_tp2_head_auto_kv.log.gz", "lab_cpu_tp2_worker_auto_kv.log.gz")
@@ -244,8 +244,7 @@ def test_only_a_group_found_serving_with_the_heads_record_complete_leaves_run_pl
     # the start's last plan is made inside run_plan, which reports it: never a second report by the caller
     started = _action(_after(calibrated, path, good_start(*READY), calibration={"head_record": head_text}))
     assert (started["step"], started["kv_record"]["head_differs"], started["carry_out"]) == ("done", False, True)
-    metrics = {"kv_cache_tokens": 4194304, "kv_cache_blocks": 32768, "kv_block_size": 128}
-    serving = answered(running(calibrated["specs"]), metrics)
+    serving = answered(running(calibrated["specs"]), SERVED_METRICS)
     done = _action(_args(path, nodes=serving, calibration={"head_record": head_text}))
     assert (done["step"], done["kv_record"]["head_differs"], done["carry_out"]) == ("done", False, False)
     # the head lacks the record: run_plan writes it there

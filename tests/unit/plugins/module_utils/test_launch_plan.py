@@ -24,8 +24,8 @@ from ansible_collections.dgxspark.vllm.plugins.module_utils._launch_plan import 
     Calibration,
     Plan,
     PlanError,
-    described_nodes,
     carries_out,
+    described_nodes,
     plan,
     starts_at_most,
 )
@@ -36,6 +36,7 @@ from helpers.launch import (
     HEAD,
     IPS,
     LOG_LINES,
+    SERVED_METRICS,
     WORKER,
     answered,
     config,
@@ -349,15 +350,14 @@ def test_a_group_found_serving_and_answering_is_done_after_one_read() -> None:
     cfg, states = config(), nodes()
     cache = recorded(cfg, states, {"kv_cache_memory_bytes": ONE_GIB})
     states = running(run(cfg, states, cache).specs)
-    metrics = {"kv_cache_tokens": 4194304, "kv_cache_blocks": 32768, "kv_block_size": 128}
-    done = run(cfg, answered(states, metrics), cache)
+    done = run(cfg, answered(states, SERVED_METRICS), cache)
     key, _parts = lab_key(cfg, states)
     assert (done.step, done.state["attempt"], done.cache, done.any_exists) == ("done", 0, None, True)
     # the group found serving, for the guard (it keeps this group already when its baseline is these starts)
     started = "2026-12-01T00:20:00Z"
     assert done.as_result()["serving"] == {HEAD: started, WORKER: started}
     # the same report as the longer way (nothing, the API check, /metrics, plan again)
-    longer = run(cfg, states, cache, run(cfg, states, cache), None, metrics)
+    longer = run(cfg, states, cache, run(cfg, states, cache), None, SERVED_METRICS)
     assert longer.as_result()["serving"] == {HEAD: started, WORKER: started}
     # the path each took: one plan, or the API check and /metrics in between
     assert (done.as_result()["steps"], longer.as_result()["steps"]) == (["done"], ["nothing", "done"])
