@@ -90,22 +90,21 @@ noops = [float(x) for x in sys.argv[11:]]
 def guard_play_seconds(path):
     """The guard's play of playbooks/launch.yml (its second play), from profile_tasks' elapsed time at its first task
     to the run's end (TASKS RECAP); None when the output has no such play."""
-    elapsed, in_guard, start, end = None, False, None, None
+    in_guard = recap = False
+    start = None
     with open(path, encoding="utf-8") as out:
         for line in out:
-            if line.startswith("PLAY [Arm the group guard"):
-                in_guard = True
+            in_guard = in_guard or line.startswith("PLAY [Arm the group guard")
+            recap = recap or line.startswith("TASKS RECAP")
             m = re.search(r"\+0000 \(\d+:\d+:[\d.]+\)\s+(\d+):(\d+):([\d.]+)", line)
-            if m:
-                elapsed = int(m.group(1)) * 3600 + int(m.group(2)) * 60 + float(m.group(3))
-                if in_guard and start is None:
-                    start = elapsed
-            if line.startswith("TASKS RECAP"):
-                end = "next"
-            elif end == "next" and elapsed is not None:
-                end = elapsed
-                break
-    return end - start if start is not None and isinstance(end, float) else None
+            if not m:
+                continue
+            elapsed = int(m.group(1)) * 3600 + int(m.group(2)) * 60 + float(m.group(3))
+            if recap:   # the recap's own line: the run's end
+                return elapsed - start if start is not None else None
+            if in_guard and start is None:
+                start = elapsed
+    return None
 
 
 guard_play = guard_play_seconds(sys.argv[9])
