@@ -18,6 +18,7 @@ from ansible_collections.dgxspark.vllm.plugins.module_utils._guard import (
     GuardConfigError,
     arm_reason,
     build_document,
+    entry_steps,
     install_current,
     install_fingerprint,
     ssh_alias,
@@ -96,11 +97,14 @@ class ActionModule(ControllerAction):
         # a guard that runs a process older than the files an install writes last: that install's restart did not
         # happen (its handlers never ran), so it still runs the program and configuration from before
         stale = stale_files(plain(params["unit_read"]), plain(params["installed_read"]))
+        steps = entry_steps(current, bool(stale), reason is not None, plain(params["unit_read"]), params["state_exists"],
+                            params["install_only"], params["lock_mine"], check_mode)
         return {"changed": False, "document": document, "workers": workers, "current": current, "access": plan,
                 "webhook": webhook, "restart": bool(stale),
                 "restart_reason": (f"the guard runs a process started before {', '.join(stale)} was written: an install "
                                    "whose restart did not happen") if stale else "",
-                "arm": reason is not None, "arm_reason": reason or "it keeps this group already: arming changes nothing"}
+                "arm": reason is not None, "arm_reason": reason or "it keeps this group already: arming changes nothing",
+                "prepare_steps": steps["prepare"], "arm_steps": steps["arm"]}
 
     @staticmethod
     def _payload(paths: list[str]) -> dict[str, bytes]:

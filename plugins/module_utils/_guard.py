@@ -588,6 +588,29 @@ def arm_reason(state_text: str | None, maintenance_held: bool, serving: dict[str
     return None
 
 
+
+def entry_steps(current: bool, restart: bool, arm: bool, unit: dict[str, Any] | None, state_exists: bool,
+                install_only: bool, lock_mine: bool, check_mode: bool) -> dict[str, list[str]]:
+    """What the guard role's entry points carry out after the plan, in order, on the head: `prepare` - "install" (the
+    access, the program, the configuration, the unit), "restart" (a guard older than its files), "start" (a guard armed
+    before that does not run as planned) - and `arm` - "start" (a guard never armed: no state file), "arm", "release"
+    (the lock this run holds, when the arm that would give it back is left out). An empty list: the entry point skips
+    its steps whole (a re-run that finds the guard installed, running and keeping this group).
+
+    current, restart and arm are the plan's own (guard_config); unit the guard's unit as read (running, enabled);
+    state_exists whether its state file exists; install_only the role's guard_install_only (prepare installs and
+    starts nothing); lock_mine whether this run holds the maintenance lock. Check mode starts, restarts, arms and
+    releases nothing: only the install runs (it shows its differences)."""
+    runs = bool(current and unit and unit.get("running") and unit.get("enabled"))
+    prepare = ["install"] if not current else []
+    if check_mode:
+        return {"prepare": prepare, "arm": []}
+    prepare += ["restart"] if restart else []
+    prepare += ["start"] if state_exists and not runs and not install_only else []
+    steps = ["start"] if not state_exists and not runs else []
+    steps += ["arm"] if arm else (["release"] if lock_mine else [])
+    return {"prepare": prepare, "arm": steps}
+
 # ------------------------------------------------------------------------------------------------ memory
 
 def mem_available_kib(meminfo_text: str | None) -> int | None:
@@ -772,6 +795,9 @@ CONFIG_ARGUMENT_SPEC: dict[str, Any] = dict(
     serving=dict(type="dict", default={}),
     armed_state=dict(type="str"),
     maintenance_held=dict(type="bool", default=False),
+    state_exists=dict(type="bool", default=False),
+    install_only=dict(type="bool", default=False),
+    lock_mine=dict(type="bool", default=False),
     ssh_config=dict(type="path", default="/etc/dgxspark/guard/ssh_config"),
     access=dict(type="dict", apply_defaults=True, options=dict(
         user=dict(type="str", default="dgxspark-guard"),

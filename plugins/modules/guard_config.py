@@ -96,6 +96,25 @@ options:
         reason to arm, since the caller gives it back either way.
     type: bool
     default: false
+  state_exists:
+    description:
+      - Whether the guard's state file exists on the head, as read in this run (a guard armed or disarmed before). A
+        guard with no state file is started by its first arm (RV(arm_steps)), one with a state file by C(prepare)
+        (RV(prepare_steps)).
+    type: bool
+    default: false
+  install_only:
+    description:
+      - The guard role's C(guard_install_only) - its C(prepare) installs what differs and starts nothing (RV(prepare_steps)
+        never holds C(start) then).
+    type: bool
+    default: false
+  lock_mine:
+    description:
+      - Whether this run holds the maintenance lock (the guard role's C(guard_maintenance_holder)). When the arm is left
+        out (RV(arm) false), the run gives it back itself (RV(arm_steps) holds C(release)).
+    type: bool
+    default: false
   ssh_config:
     description: The guard's own ssh_config on the head (its key, the workers' aliases), written into the document.
     type: path
@@ -225,6 +244,27 @@ arm:
   returned: success
   type: bool
   sample: false
+prepare_steps:
+  description:
+    - What the guard role's C(prepare) carries out after this plan on the head, in order - C(install) (RV(current) is
+      false), C(restart) (RV(restart)), C(start) (a guard with a state file that is not installed, running and enabled
+      at boot as planned; never with O(install_only)). Empty, C(prepare) skips its steps whole.
+    - In check mode only C(install) (which shows its differences); nothing is restarted or started.
+  returned: success
+  type: list
+  elements: str
+  sample: []
+arm_steps:
+  description:
+    - What the guard role's C(arm) (after C(prepare), in the same run) carries out on the head, in order - C(start) (a
+      guard with no state file, never armed, that does not run as planned), C(arm) (RV(arm)), or instead C(release) (the
+      lock this run holds, O(lock_mine), when the arm is left out). Empty, C(arm) skips its steps whole and only reports
+      (the guard keeps this group already and the run holds no lock).
+    - Empty in check mode.
+  returned: success
+  type: list
+  elements: str
+  sample: ["arm"]
 restart:
   description:
     - Whether the guard runs a process that started before one of O(installed_read) was written (an install whose

@@ -403,25 +403,65 @@ def test_release_gives_back_only_the_lock_its_step_took_unless_any_is_asked(held
     assert sorted(_runs(tasks, variables)) == (sorted(task["name"] for task in tasks) if released else [])
 
 
-@pytest.mark.parametrize("host, restart, check_mode, runs", [
-    ("spark1", True, False, True),
-    ("spark1", False, False, False),
-    ("spark2", True, False, False),   # the guard runs on the head only
-    ("spark1", True, True, False),
-])
-def test_prepare_restarts_a_guard_older_than_its_installed_files(host: str, restart: bool, check_mode: bool, runs: bool):
-    """guard_config decides (restart) from the read of the guard's unit and of the files an install writes last, both
-    passed from the one read; prepare restarts the guard on the head, after the handlers, with systemd reloaded."""
+@pytest.mark.parametrize("host, steps, runs", [
+    ("spark1", ["restart"], ["Restart"]),
+    ("spark1", ["install", "restart", "start"], ["Install", "Restart", "Start"]),
+    ("spark1", ["start"], ["Start"]),
+    ("spark1", ["install"], ["Install"]),
+    ("spark2", ["install", "restart", "start"], ["Install"]),   # the guard runs on the head; its access is installed
+])                                                              # on every node (install.yml decides per node)
+def test_prepare_carries_out_the_steps_guard_config_decided(host: str, steps: list, runs: list):
+    """guard_config decides (prepare_steps) from the one read: the install when the installed guard is not the planned
+    one, the restart of a guard older than the files an install writes last (the unit and the files an install writes
+    last passed from that read), the start of a guard armed before that does not run; prepare carries out those, in
+    that order, with the handlers flushed between the install and the restart, and skips them whole when there are
+    none."""
     prepare = _load(TASKS / "prepare.yml")
     plan = next(task for task in prepare if "dgxspark.vllm.guard_config" in task)["dgxspark.vllm.guard_config"]
     assert plan["unit_read"] == "{{ __guard_head_also.units[guard_service_name ~ '.service'] }}"
     assert plan["installed_read"] == ["{{ __guard_head_also.by_name.config }}", "{{ __guard_head_also.by_name.webhook }}"]
-    names = [task["name"] for task in prepare]
-    restart_task = next(task for task in prepare if "__guard_plan.restart" in str(task.get("when", "")))
-    assert names.index(restart_task["name"]) == names.index(
-        "Reload systemd and restart the guard when its program, configuration or unit changed") + 1
-    assert restart_task["ansible.builtin.systemd_service"] == {
+    assert (plan["state_exists"], plan["install_only"], plan["lock_mine"]) == (
+        "{{ __guard_head_also.by_name.state.exists }}", "{{ guard_install_only | bool }}", "{{ __guard_lock_mine }}")
+    include = [task for task in prepare if "ansible.builtin.include_tasks" in task]
+    assert [task["ansible.builtin.include_tasks"]["file"] for task in include] == ["prepare_steps.yml"]
+    variables = {"inventory_hostname": host, "dgxspark_vllm_config": {"head": "spark1"},
+                 "__guard_plan": {"prepare_steps": steps}}
+    assert bool(_runs(include, variables)) and not _runs(include, dict(variables, __guard_plan={"prepare_steps": []}))
+    tasks = _load(TASKS / "prepare_steps.yml")
+    names = [task["name"] for task in tasks]
+    assert names[1] == "Reload systemd and restart the guard when its program, configuration or unit changed"
+    assert tasks[1] == {"name": names[1], "ansible.builtin.meta": "flush_handlers", "tags": ["guard"]}
+    assert tasks[0]["ansible.builtin.include_tasks"]["file"] == "install.yml"
+    assert tasks[2]["ansible.builtin.systemd_service"] == {
         "name": "{{ guard_service_name }}.service", "state": "restarted", "daemon_reload": True}
-    variables = {"inventory_hostname": host, "dgxspark_vllm_config": {"head": "spark1"}, "ansible_check_mode": check_mode,
-                 "__guard_plan": {"restart": restart}}
-    assert bool(_runs([restart_task], variables)) is runs
+    assert tasks[3]["ansible.builtin.systemd_service"] == {
+        "name": "{{ guard_service_name }}.service", "state": "started", "enabled": True}
+    ran = [name.split()[0] for name in _runs([tasks[0], tasks[2], tasks[3]], variables)]
+    assert ran == runs
+
+
+@pytest.mark.parametrize("host, steps, runs", [
+    ("spark1", ["arm"], ["Arm", "Forget"]),
+    ("spark1", ["start", "arm"], ["Start", "Arm", "Forget"]),
+    ("spark1", ["release"], ["Give"]),
+    ("spark2", ["start", "arm"], ["Forget"]),   # the holder is a fact of the head, set once for the play
+    ("spark2", ["release"], ["Give"]),          # release.yml decides per node (the head releases)
+])
+def test_arm_carries_out_the_steps_guard_config_decided_and_reports_them(host: str, steps: list, runs: list):
+    """The arm's steps (arm_steps, decided in prepare): a guard never armed started, the arm (which gives the lock
+    back, so the holder is forgotten), or instead the release of the lock this run holds; skipped whole when there are
+    none, and guard_arm.armed says whether the arm ran."""
+    arm = _load(TASKS / "arm.yml")
+    assert [task["ansible.builtin.include_tasks"]["file"] for task in arm if "ansible.builtin.include_tasks" in task] == [
+        "arm_steps.yml"]
+    variables = {"inventory_hostname": host, "dgxspark_vllm_config": {"head": "spark1"},
+                 "__guard_plan": {"arm_steps": steps, "arm_reason": "why"}}
+    assert _runs(arm[:1], variables) and not _runs(arm[:1], dict(variables, __guard_plan={"arm_steps": []}))
+    report = Templar(loader=DataLoader(), variables=variables).template(
+        _trusted(arm[1]["ansible.builtin.set_fact"]["guard_arm"]))
+    assert report == {"armed": "arm" in steps, "reason": "why"}
+    tasks = _load(TASKS / "arm_steps.yml")
+    assert [name.split()[0] for name in _runs(tasks, variables)] == runs
+    give_back = next(task for task in tasks if "ansible.builtin.include_tasks" in task)
+    assert (give_back["ansible.builtin.include_tasks"]["file"], give_back["vars"]) == (
+        "release.yml", {"guard_release_any": True})

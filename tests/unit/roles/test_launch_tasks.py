@@ -190,15 +190,19 @@ def test_only_the_step_that_took_the_maintenance_lock_releases_it() -> None:
     # the holder is read in one place, the role's vars (every entry point: maintenance, release, arm, prepare)
     held_by = _load(ROLES / "guard" / "vars" / "main.yml")["__guard_held_by"]
     assert "hostvars[dgxspark_vllm_config.head].guard_maintenance_holder" in held_by
-    names = ("maintenance.yml", "release.yml", "arm.yml", "prepare.yml")
+    names = ("maintenance.yml", "release.yml", "arm.yml", "arm_steps.yml", "prepare.yml", "prepare_steps.yml")
     tasks = "".join((ROLES / "guard" / "tasks" / name).read_text(encoding="utf-8") for name in names)
     assert "guard_maintenance_holder | default" not in tasks
     # the arm that is left out gives the lock back through release.yml, under whichever step of the run holds it
-    arm = _load(ROLES / "guard" / "tasks" / "arm.yml")
+    # (guard_config's arm_steps: "release", decided from the holder as prepare read it)
+    arm = _load(ROLES / "guard" / "tasks" / "arm_steps.yml")
     give_back = [task for task in arm if "ansible.builtin.include_tasks" in task]
     assert [task["ansible.builtin.include_tasks"]["file"] for task in give_back] == ["release.yml"]
     assert give_back[0]["vars"] == {"guard_release_any": True}
-    assert give_back[0]["when"] == ["not __guard_plan.arm", "__guard_held_by | length > 0"]
+    assert give_back[0]["when"] == "'release' in __guard_plan.arm_steps"
+    plan = next(task for task in _load(ROLES / "guard" / "tasks" / "prepare.yml") if "dgxspark.vllm.guard_config" in task)
+    assert plan["dgxspark.vllm.guard_config"]["lock_mine"] == "{{ __guard_lock_mine }}"
+    assert plan["vars"]["__guard_lock_mine"] == "{{ __guard_held_by | length > 0 }}"
     assert not [task for task in arm if "release" in str(task.get("ansible.builtin.command", {}).get("argv", []))]
 
 
@@ -217,9 +221,12 @@ def test_the_guard_is_installed_before_the_launch_so_the_play_after_it_only_arms
     # no arm decided here (prepare's default guard_serving); nothing started: the guard's unit requires the firewall's,
     # which only the launch insists on (cache_flush.yml runs alone too), and the launch's last play starts it
     assert install[0]["vars"] == {"guard_install_only": True}
-    start = [task for task in _load(ROLES / "guard" / "tasks" / "prepare.yml")
+    # (guard_config's prepare_steps never holds "start" with install_only: test_guard.py)
+    start = [task for task in _load(ROLES / "guard" / "tasks" / "prepare_steps.yml")
              if "ansible.builtin.systemd_service" in task and task["ansible.builtin.systemd_service"]["state"] == "started"]
-    assert len(start) == 1 and "not guard_install_only | bool" in start[0]["when"]
+    assert len(start) == 1 and "'start' in __guard_plan.prepare_steps" in start[0]["when"]
+    plan = next(task for task in _load(ROLES / "guard" / "tasks" / "prepare.yml") if "dgxspark.vllm.guard_config" in task)
+    assert plan["dgxspark.vllm.guard_config"]["install_only"] == "{{ guard_install_only | bool }}"
     # nor is the follow-mode flush service started: before the first launch it would follow that load beside the
     # launch's own flush service (the one the launch's verify reads); the arm's run of prepare starts it
     follow = [task for task in _load(ROLES / "guard" / "tasks" / "prepare.yml")

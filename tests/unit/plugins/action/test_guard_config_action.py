@@ -103,6 +103,28 @@ def test_arm_is_skipped_only_when_the_installed_guard_keeps_this_group(tmp_path:
     assert (fresh["current"], fresh["arm"], fresh["arm_reason"]) == (False, True, "the guard is installed in this run")
 
 
+
+def test_the_steps_after_the_plan_follow_from_the_read(tmp_path: Path) -> None:
+    """What the role's prepare and arm carry out (prepare_steps, arm_steps) comes from this plan and the read passed in:
+    a re-run that finds the guard installed, running and keeping this group leaves both empty."""
+    installed = _as_written(_run(tmp_path)["document"])
+    runs = {"running": True, "enabled": True}
+    quiet = _run(tmp_path, installed, serving=SERVING, armed_state=_armed(SERVING), state_exists=True, unit_read=runs)
+    assert (quiet["prepare_steps"], quiet["arm_steps"]) == ([], [])
+    mine = _run(tmp_path, installed, serving=SERVING, armed_state=_armed(SERVING), state_exists=True, unit_read=runs,
+                lock_mine=True)
+    assert (mine["prepare_steps"], mine["arm_steps"]) == ([], ["release"])
+    started = _run(tmp_path, installed, armed_state=_armed(SERVING), state_exists=True, unit_read=runs, lock_mine=True)
+    assert (started["prepare_steps"], started["arm_steps"]) == ([], ["arm"])
+    fresh = _run(tmp_path, state_exists=False, unit_read={"running": False, "enabled": False})
+    assert (fresh["prepare_steps"], fresh["arm_steps"]) == (["install"], ["start", "arm"])
+    only = _run(tmp_path, state_exists=True, install_only=True)
+    assert (only["prepare_steps"], only["arm_steps"]) == (["install"], ["arm"])
+    args = {"config": CONFIG, "payload": [str(tmp_path / "dgxspark_group_guard.py")], "module_utils": MODULE_UTILS,
+            "install": {"python": "/usr/bin/python3"}, "state_exists": True, "lock_mine": True}
+    check = run_action(ActionModule, args, check_mode=True)
+    assert (check["prepare_steps"], check["arm_steps"]) == (["install"], [])
+
 # ------------------------------------------------------------------------------------------------ the SSH access
 
 KEY = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIGm2y0kqLhS5cQ3xv0m1W0b9p6Zp2uQ0r7Y5t2m0d3Xk dgxspark-guard@spark1\n"

@@ -515,6 +515,35 @@ def test_arm_reason_says_why_a_run_must_arm_and_none_when_arming_changes_nothing
     assert G.arm_reason("{not json", False, dict(BASELINE), ranks) is not None
 
 
+
+RUNS = {"running": True, "enabled": True}
+
+
+@pytest.mark.parametrize("current, restart, arm, unit, state, install_only, mine, check, prepare, steps", [
+    # a re-run that finds the guard installed, running, keeping this group, no lock held: nothing follows the plan
+    (True, False, False, RUNS, True, False, False, False, [], []),
+    (True, False, False, RUNS, True, False, True, False, [], ["release"]),        # the lock this run holds, given back
+    (True, False, True, RUNS, True, False, True, False, [], ["arm"]),             # the arm gives it back itself
+    (True, True, False, RUNS, True, False, False, False, ["restart"], []),        # older than its installed files
+    (False, False, True, RUNS, True, False, False, False, ["install", "start"], ["arm"]),   # the new install starts
+    (True, False, True, {"running": False, "enabled": True}, True, False, False, False, ["start"], ["arm"]),
+    (True, False, True, {"running": True, "enabled": False}, True, False, False, False, ["start"], ["arm"]),
+    (True, False, True, None, True, False, False, False, ["start"], ["arm"]),    # no unit read
+    # never armed (no state file): the first arm starts it, prepare does not (it would take the first group it sees)
+    (False, False, True, None, False, False, False, False, ["install"], ["start", "arm"]),
+    (True, False, True, RUNS, False, False, False, False, [], ["arm"]),
+    # install only (cache_flush.yml, before the launch): nothing started by prepare
+    (False, False, True, None, True, True, False, False, ["install"], ["arm"]),
+    (True, True, True, {"running": False, "enabled": False}, True, True, False, False, ["restart"], ["arm"]),
+    # check mode: the install shows its differences; nothing restarted, started, armed or released
+    (False, True, True, None, False, False, True, True, ["install"], []),
+    (True, False, False, RUNS, True, False, True, True, [], []),
+])
+def test_entry_steps_are_what_follows_the_plan(current, restart, arm, unit, state, install_only, mine, check, prepare,
+                                               steps):
+    assert G.entry_steps(current, restart, arm, unit, state, install_only, mine, check) == {
+        "prepare": prepare, "arm": steps}
+
 def test_set_status():
     state = G.GuardState(status="armed", since=1.0)
     assert G.set_status(state, "armed", "", 5.0) is False and state.since == 1.0
