@@ -588,7 +588,6 @@ def arm_reason(state_text: str | None, maintenance_held: bool, serving: dict[str
     return None
 
 
-
 def entry_steps(current: bool, restart: bool, arm: bool, unit: dict[str, Any] | None, state_exists: bool,
                 install_only: bool, lock_mine: bool, check_mode: bool) -> dict[str, list[str]]:
     """What the guard role's entry points carry out after the plan, in order, on the head: `prepare` - "install" (the
@@ -610,6 +609,7 @@ def entry_steps(current: bool, restart: bool, arm: bool, unit: dict[str, Any] | 
     steps = ["start"] if not state_exists and not runs else []
     steps += ["arm"] if arm else (["release"] if lock_mine else [])
     return {"prepare": prepare, "arm": steps}
+
 
 # ------------------------------------------------------------------------------------------------ memory
 

@@ -103,7 +103,6 @@ def test_arm_is_skipped_only_when_the_installed_guard_keeps_this_group(tmp_path:
     assert (fresh["current"], fresh["arm"], fresh["arm_reason"]) == (False, True, "the guard is installed in this run")
 
 
-
 def test_the_steps_after_the_plan_follow_from_the_read(tmp_path: Path) -> None:
     """What the role's prepare and arm carry out (prepare_steps, arm_steps) comes from this plan and the read passed in:
     a re-run that finds the guard installed, running and keeping this group leaves both empty."""
@@ -124,6 +123,7 @@ def test_the_steps_after_the_plan_follow_from_the_read(tmp_path: Path) -> None:
             "install": {"python": "/usr/bin/python3"}, "state_exists": True, "lock_mine": True}
     check = run_action(ActionModule, args, check_mode=True)
     assert (check["prepare_steps"], check["arm_steps"]) == (["install"], [])
+
 
 # ------------------------------------------------------------------------------------------------ the SSH access
 

@@ -515,7 +515,6 @@ def test_arm_reason_says_why_a_run_must_arm_and_none_when_arming_changes_nothing
     assert G.arm_reason("{not json", False, dict(BASELINE), ranks) is not None
 
 
-
 RUNS = {"running": True, "enabled": True}
 
 
@@ -543,6 +542,7 @@ def test_entry_steps_are_what_follows_the_plan(current, restart, arm, unit, stat
                                                steps):
     assert G.entry_steps(current, restart, arm, unit, state, install_only, mine, check) == {
         "prepare": prepare, "arm": steps}
+
 
 def test_set_status():
     state = G.GuardState(status="armed", since=1.0)
