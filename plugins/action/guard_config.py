@@ -96,9 +96,10 @@ class ActionModule(ControllerAction):
                   if current else "the guard is installed in this run")
         # a guard that runs a process older than the files an install writes last: that install's restart did not
         # happen (its handlers never ran), so it still runs the program and configuration from before
-        stale = stale_files(plain(params["unit_read"]), plain(params["installed_read"]))
-        steps = entry_steps(current, bool(stale), reason is not None, plain(params["unit_read"]), params["state_exists"],
-                            params["install_only"], params["lock_mine"], check_mode)
+        unit = plain(params["unit_read"])
+        stale = stale_files(unit, plain(params["installed_read"]))
+        steps = entry_steps(current, bool(stale), reason is not None, unit, params["state_exists"], params["install_only"],
+                            params["lock_mine"], check_mode)
         return {"changed": False, "document": document, "workers": workers, "current": current, "access": plan,
                 "webhook": webhook, "restart": bool(stale),
                 "restart_reason": (f"the guard runs a process started before {', '.join(stale)} was written: an install "
