@@ -88,6 +88,7 @@ class ActionModule(ControllerAction):
             except Exception as exc:  # noqa: BLE001 - a templating error names the host
                 raise ControllerTaskError(f"the router host {host}'s settings cannot be templated: {exc}") from exc
             router["map_file"] = f"{config_dir}/models.map"
+            router["state_file"] = f"{config_dir}/{_router.STATE_FILE_NAME}"   # a drain outlives a reload
             for key in ("drain_timeout", "request_timeout"):
                 try:
                     router[key] = int(router[key])

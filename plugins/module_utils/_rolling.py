@@ -200,7 +200,7 @@ def plan(clusters: Sequence[Mapping[str, Any]], routers: Sequence[Mapping[str, A
     hosts with their drain settings; or RollingError listing every problem.
 
     ``clusters``: every cluster of the inventory (name, model, head, api_url, identity); ``routers``: each router
-    host (host, socket, map_file, drain_timeout, request_timeout)."""
+    host (host, socket, map_file, state_file, drain_timeout, request_timeout)."""
     problems: list[str] = []
     if not routers:
         problems.append(f"the inventory has no host in {params.get('router_group', 'spark_router')}: a rolling change "

@@ -15,7 +15,12 @@ From the resolved configuration of every cluster (each cluster's head, API port 
   of the client's, and answers ``GET /v1/models`` itself with every model of every cluster;
 - HAProxy's Prometheus exporter on ``metrics_port``, for ``allowed_cidrs`` only;
 - the runtime API on a root-only socket: the drain (``set server <backend>/<cluster> state drain``: no new request, the
-  running ones finish) and the state ``status.yml`` shows (``show stat``).
+  running ones finish) and the state ``status.yml`` shows (``show stat``);
+- HAProxy's server-state file (``server-state`` in the router's folder), loaded at every start and reload: a drain or
+  a maintenance set through the runtime API outlives a reload (a changed configuration), a restart and a reboot. The
+  collection writes it from ``show servers state`` after each change of a cluster's state and before each start or
+  reload, keeping only the servers the plan still has at the same address and port (HAProxy would otherwise take a
+  kept server's old address over the configuration's).
 
 The configuration holds every cluster's key: it is root's, mode 0600; HAProxy runs as root without capabilities
 (the unit's sandbox) and reads it at every reload.
@@ -27,13 +32,16 @@ import io
 import ipaddress
 import json
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 
 _NAME = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")
 _KEY = re.compile(r"^[A-Za-z0-9._~+/=-]{8,512}$")
 _MODEL = re.compile(r"^[\x21-\x7e]{1,256}$")   # printable, no space: a map key and a JSON string
 _HOST = re.compile(r"^[A-Za-z0-9_.:-]{1,253}$")
+
+STATE_FILE_NAME = "server-state"
+"""HAProxy's server-state file, in the router's folder (beside models.map)."""
 
 SINGLE_CLUSTER = "spark_cluster"
 """The name of the one cluster of an inventory that names none (its group)."""
@@ -108,6 +116,7 @@ class Settings:
     buffer_bytes: int = 1048576
     socket: str = "/run/dgxspark-router/admin.sock"
     models_file: str = "/etc/dgxspark/router/models.json"
+    state_file: str = "/etc/dgxspark/router/" + STATE_FILE_NAME
 
 
 @dataclass(frozen=True)
@@ -256,10 +265,12 @@ def render(clusters: Sequence[Backend], keys: Mapping[str, str], router_key: str
         f"    stats socket {settings.socket} mode 600 level admin",
         "    stats timeout 30s",
         f"    tune.bufsize {settings.buffer_bytes + 16384}",
+        f"    server-state-file {settings.state_file}",   # a drain or a maintenance outlives a reload or a restart
         "",
         "defaults",
         "    mode http",
         "    log global",
+        "    load-server-state-from-file global",
         "    option httplog",
         "    option dontlognull",
         "    option http-no-delay",   # a streamed token goes out at once (HAProxy merges small chunks by default)
@@ -359,7 +370,8 @@ def plan(params: Mapping[str, object]) -> dict:
         check_interval=params.get("check_interval", 2), fall=params.get("fall", 2),   # type: ignore[arg-type]
         rise=params.get("rise", 2), buffer_bytes=params.get("buffer_bytes", 1048576),   # type: ignore[arg-type]
         socket=str(params.get("socket") or Settings.socket),
-        models_file=str(params.get("models_file") or Settings.models_file))
+        models_file=str(params.get("models_file") or Settings.models_file),
+        state_file=str(params.get("models_file") or Settings.models_file).rsplit("/", 1)[0] + "/" + STATE_FILE_NAME)
     router_key = str(params.get("router_key") or "")
     host_ports = {str(k): int(v) for k, v in dict(params.get("host_ports") or {}).items()}   # type: ignore[call-overload]
     check(clusters, keys, router_key, settings, host_ports,
@@ -370,6 +382,7 @@ def plan(params: Mapping[str, object]) -> dict:
         "config": render(clusters, keys, router_key, settings, map_file),
         "map": model_map(clusters),
         "map_file": map_file,
+        "state_file": settings.state_file,
         "models": models_listing(clusters),
         "backends": [{"cluster": b.name, "head": b.head, "address": b.address, "port": b.port, "model": b.model,
                       "backend": m.backend, "health_url": f"http://{url_host(b.address)}:{b.port}/health"}
@@ -529,3 +542,131 @@ def state_commands(states: Sequence[Mapping[str, object]], cluster: str, state: 
     if state not in ("ready", "drain", "maint"):
         raise RouterError([f"state must be ready, drain or maint, got {state!r}"])
     return [f"set server {s['backend']}/{s['cluster']} state {state}" for s in find_server(states, cluster)]
+
+
+def held_and_waiting(states: Sequence[Mapping[str, object]]) -> dict:
+    """Where the router's clusters stand for a wait until they are up: ``held`` (drained or in maintenance, as
+    router_backend set them: up as far as a wait goes, and named), ``waiting`` (neither up nor held: down, or
+    HAProxy's own word) and ``settled`` (there are servers and none waits)."""
+    held = [s for s in states if s.get("state") in ("draining", "maintenance")]
+    waiting = [s for s in states if s.get("state") != "up" and s not in held]
+    return {"settled": bool(states) and not waiting,
+            "held": [f"{s['cluster']} ({s.get('model') or s.get('backend')}): {s['state']}, as router_backend set it "
+                     "(kept across reloads; state=ready puts it back)" for s in held],
+            "waiting": describe(waiting)}
+
+
+_STATE_VERSION = "1"
+# the columns a rewrite of the file compares: what it keeps (the others, such as the time since the last change or the
+# health, move at each read)
+_STATE_COMPARED = ("srv_addr", "srv_port", "srv_admin_state", "srv_uweight", "srv_iweight")
+_OP_RUNNING = "2"   # srv_op_state SRV_ST_RUNNING: the server starts up, as HAProxy starts it without the file
+# HAProxy's srv_admin_state bits (include/haproxy/server-t.h, enum srv_admin)
+_ADMIN_MAINT = 0x01 | 0x02 | 0x04 | 0x20   # forced, inherited, configured, address resolution failed
+_ADMIN_DRAIN = 0x08 | 0x10                 # forced, inherited
+
+
+def parse_server_state(text: str) -> list[dict[str, str]]:
+    """HAProxy's ``show servers state`` (or a server-state file) as one dict per server, by its header's column names.
+    An empty text, or the version alone, has no server; another format than version 1 raises RouterError."""
+    lines = [line for line in text.splitlines() if line.strip()]
+    if not lines or [line.strip() for line in lines] == [_STATE_VERSION]:
+        return []
+    if lines[0].strip() != _STATE_VERSION or len(lines) < 2 or not lines[1].startswith("#"):
+        raise RouterError([f"the router's server state is not in HAProxy's version {_STATE_VERSION} format "
+                           f"(first line {lines[0][:40]!r})"])
+    columns = lines[1].lstrip("#").split()
+    missing = [c for c in ("be_name", "srv_name", "srv_op_state", *_STATE_COMPARED) if c not in columns]
+    if missing:
+        raise RouterError([f"the router's server state lacks the columns {', '.join(missing)}"])
+    rows = []
+    for line in lines[2:]:
+        if line.startswith("#"):
+            continue
+        values = line.split()
+        if len(values) < len(columns):
+            raise RouterError([f"the router's server state has a short line ({len(values)} of {len(columns)} "
+                               f"columns): {line[:80]!r}"])
+        rows.append(dict(zip(columns, values)))
+    return rows
+
+
+def server_state_word(row: Mapping[str, str]) -> str:
+    """What a line of the server state keeps, for a person: maintenance, draining, or ready."""
+    try:
+        admin = int(row.get("srv_admin_state", "0"))
+    except ValueError:
+        admin = 0
+    if admin & _ADMIN_MAINT:
+        return "maintenance"
+    if admin & _ADMIN_DRAIN:
+        return "draining"
+    return "ready"
+
+
+def _health_afresh(line: str, columns: Sequence[str]) -> str:
+    """A line of the server state with its health as HAProxy starts a server without the file (up; its checks take
+    it out when it does not answer): what the file keeps is the drain and the maintenance, not a health that may be
+    stale by the time HAProxy reads it (a cluster kept down after a reload would be refused for ``rise`` checks)."""
+    values = line.split()
+    values[list(columns).index("srv_op_state")] = _OP_RUNNING
+    return " ".join(values)
+
+
+def normalized_server_state(dump: str) -> str:
+    """``show servers state`` as the server-state file keeps it: every server, its health afresh (_health_afresh)."""
+    rows = parse_server_state(dump)
+    if not rows:
+        return _STATE_VERSION + "\n"
+    lines = [line for line in dump.splitlines() if line.strip()]
+    columns = lines[1].lstrip("#").split()
+    data = [_health_afresh(line, columns) for line in lines[2:] if not line.startswith("#")]
+    return "\n".join([*lines[:2], *data]) + "\n"
+
+
+def kept_server_state(dump: str, planned: Sequence[Mapping[str, object]],
+                      addresses: Callable[[str], Collection[str]]) -> dict:
+    """The server-state file to write from ``dump`` (``show servers state``, or the file as it is): only the servers
+    of ``planned`` (router_plan's backends: backend, cluster, address, port) that HAProxy runs at the same address
+    (``addresses`` gives what an address or host name stands for) and port. HAProxy 2.6 takes a kept server's port
+    from the file over its configuration's: a line of a moved server would send its requests to the old port.
+    Each kept line keeps the server's drain or maintenance and weights, with its health afresh (_health_afresh).
+    Returns ``text`` (version, header and the kept lines), ``kept`` and ``dropped`` (one line each, for a person).
+    With no server to keep, the text is the version alone, which HAProxy reads without a warning (it warns about a
+    missing or empty file)."""
+    rows = parse_server_state(dump)
+    if not rows:
+        return {"text": _STATE_VERSION + "\n", "kept": [], "dropped": []}
+    lines = [line for line in dump.splitlines() if line.strip()]
+    by_name = {(str(p.get("backend")), str(p.get("cluster"))): p for p in planned}
+    kept_lines, kept, dropped = [], [], []
+    data = [line for line in lines[2:] if not line.startswith("#")]
+    for line, row in zip(data, rows):
+        name = f"{row['srv_name']} in {row['be_name']}"
+        plan = by_name.get((row["be_name"], row["srv_name"]))
+        if plan is None:
+            dropped.append(f"{name}: no longer behind the router")
+            continue
+        port, address = str(plan.get("port")), str(plan.get("address"))
+        if row["srv_port"] != port or row["srv_addr"] not in set(addresses(address)):
+            dropped.append(f"{name}: now at {address}:{port}, not {row['srv_addr']}:{row['srv_port']} (its state "
+                           "is not kept)")
+            continue
+        kept_lines.append(_health_afresh(line, lines[1].lstrip("#").split()))
+        kept.append(f"{name}: {server_state_word(row)}")
+    return {"text": "\n".join([*lines[:2], *kept_lines]) + "\n", "kept": kept, "dropped": dropped}
+
+
+def same_server_state(old: str, new: str) -> bool:
+    """Whether two server-state texts keep the same servers at the same addresses in the same drain or maintenance
+    (the columns that move at each read, such as the health or the time since the last change, are not compared).
+    A text that cannot be read differs."""
+    try:
+        old_rows, new_rows = parse_server_state(old), parse_server_state(new)
+    except RouterError:
+        return False
+
+    def key(rows: list[dict[str, str]]) -> set[tuple[str, ...]]:
+        return {(r["be_name"], r["srv_name"], *(r[c] for c in _STATE_COMPARED)) for r in rows}
+
+    return bool(old.strip()) == bool(new.strip()) and key(old_rows) == key(new_rows)

@@ -15,6 +15,9 @@ description:
     cluster has no running request, at most O(timeout) seconds, and fails naming how many still run.
   - V(ready) - the cluster takes requests again once its health check passes. V(maint) - out, as with a drain, and
     its health check stops.
+  - After a change, the router's state is written to O(state_file) (as M(dgxspark.vllm.router_state) does), which the
+    router loads at every start and reload - the state set here outlives a changed configuration, a restart and a
+    reboot of the router's host.
 author:
   - dgxspark.vllm contributors (@dgxspark)
 extends_documentation_fragment:
@@ -55,6 +58,11 @@ options:
     description: The router's runtime socket.
     type: path
     default: /run/dgxspark-router/admin.sock
+  state_file:
+    description: The router's server-state file (C(server-state) in its folder); V("") keeps nothing (the state set
+      here is lost at the router's next reload or restart).
+    type: path
+    default: /etc/dgxspark/router/server-state
 """
 
 EXAMPLES = r"""
@@ -100,13 +108,26 @@ from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.dgxspark.vllm.plugins.module_utils._haproxy_socket import SocketError, command
 from ansible_collections.dgxspark.vllm.plugins.module_utils._router import (
+    RouterError,
     drain_step,
     find_server,
+    normalized_server_state,
     server_states,
     state_commands,
 )
+from ansible_collections.dgxspark.vllm.plugins.module_utils._secret_file import write_secret
 
 _WANTED = {"drain": "draining", "ready": "", "maint": "maintenance"}
+
+
+def keep(module: AnsibleModule, state_file: str, dump: str) -> None:
+    """Write the router's state (``show servers state``) to its server-state file, loaded at its next start or
+    reload."""
+    try:
+        write_secret(state_file, normalized_server_state(dump))
+    except (RouterError, OSError) as exc:
+        module.fail_json(msg=f"the cluster's state was set, but the router's server-state file {state_file} was not "
+                             f"written ({exc}): the state is lost at the router's next reload or restart")
 
 
 def main() -> None:
@@ -117,6 +138,7 @@ def main() -> None:
         "timeout": {"type": "float", "default": 660},
         "poll": {"type": "float", "default": 0.5},
         "socket": {"type": "path", "default": "/run/dgxspark-router/admin.sock"},
+        "state_file": {"type": "path", "default": "/etc/dgxspark/router/server-state"},
     }, supports_check_mode=True)
     params = module.params
     cluster, state, path = params["cluster"], params["state"], params["socket"]
@@ -138,6 +160,8 @@ def main() -> None:
                 answer = command(path, line).strip()
                 if answer:
                     module.fail_json(msg=f"the router refused `{line}`: {answer}")
+            if params["state_file"]:   # the configuration is the one running: every server's line is kept as it is
+                keep(module, params["state_file"], command(path, "show servers state"))
         step = {"step": "done"}
         while state in ("drain", "maint") and params["wait"]:
             states = server_states(command(path, "show stat"))

@@ -59,12 +59,34 @@ summary:
   type: list
   elements: str
   sample: ["pair_a (glm-5.3-flash): up, 1 running, 42 answered, last check L7OK"]
+held:
+  description: Each cluster drained or in maintenance (as M(dgxspark.vllm.router_backend) set it), for a person.
+  returned: success
+  type: list
+  elements: str
+  sample: ["pair_b (glm-5.3-flash): maintenance, as router_backend set it (kept across reloads; state=ready puts it back)"]
+waiting:
+  description: Each cluster neither up nor held (down, or HAProxy's own word), as in RV(summary).
+  returned: success
+  type: list
+  elements: str
+  sample: ["pair_a (glm-5.3-flash): down, 0 running, 42 answered, last check L4CON"]
+settled:
+  description: Whether the router has clusters and each is up or held (what a wait until the router is up waits for).
+  returned: success
+  type: bool
+  sample: true
 """
 
 from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.dgxspark.vllm.plugins.module_utils._haproxy_socket import SocketError, command
-from ansible_collections.dgxspark.vllm.plugins.module_utils._router import describe, map_models, server_states
+from ansible_collections.dgxspark.vllm.plugins.module_utils._router import (
+    describe,
+    held_and_waiting,
+    map_models,
+    server_states,
+)
 
 
 def main() -> None:
@@ -81,7 +103,7 @@ def main() -> None:
     except SocketError as exc:
         module.fail_json(msg=str(exc))
     servers = server_states(text, served)
-    module.exit_json(changed=False, servers=servers, summary=describe(servers))
+    module.exit_json(changed=False, servers=servers, summary=describe(servers), **held_and_waiting(servers))
 
 
 if __name__ == "__main__":

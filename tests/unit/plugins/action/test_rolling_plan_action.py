@@ -62,6 +62,7 @@ def test_each_cluster_gets_its_run_with_the_rolling_runs_inventory_and_extra_var
     assert plan["drain_timeout"] == 700
     assert plan["routers"][0]["socket"] == "/run/dgxspark-router/admin.sock"
     assert plan["routers"][0]["map_file"] == "/etc/dgxspark/router/models.map"
+    assert plan["routers"][0]["state_file"] == "/etc/dgxspark/router/server-state"
     step = plan["steps"][0]
     inventory = str(tmp_path / "inventories" / "example_pairs")
     assert step["argv"][1:] == ["/collection/playbooks/site.yml", "--limit", "pair_b", "--skip-tags", "router",

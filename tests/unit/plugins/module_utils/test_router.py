@@ -1,6 +1,7 @@
 """The router's pure logic: backends from the clusters, the refusals, HAProxy's configuration, its runtime state."""
 from __future__ import annotations
 
+import re
 import shutil
 import subprocess
 from pathlib import Path
@@ -10,6 +11,9 @@ import pytest
 from ansible_collections.dgxspark.vllm.plugins.module_utils import _router as r
 
 FIXTURE = Path(__file__).resolve().parents[3] / "fixtures" / "haproxy_show_stat.csv"
+# HAProxy 2.6.12's `show servers state`: model_0/pair_a in maintenance (down), model_0/pair_b drained (up),
+# model_1/pair_c up (its health check failing: down); all at 127.0.0.1, ports 18001-18003
+SERVERS_STATE = Path(__file__).resolve().parents[3] / "fixtures" / "haproxy_servers_state.txt"
 KEY_A, KEY_B, ROUTER_KEY = "key-a-0123456789", "key-b-0123456789", "router-key-0123456789"
 
 
@@ -130,6 +134,7 @@ def test_haproxy_accepts_the_configuration(tmp_path: Path) -> None:
                          models_file=str(tmp_path / "models.json")))
     (tmp_path / "models.json").write_text(plan["models"])
     Path(plan["map_file"]).write_text(plan["map"])
+    Path(plan["state_file"]).write_text(r.kept_server_state("", plan["backends"], lambda a: {a})["text"])
     cfg = tmp_path / "haproxy.cfg"
     cfg.write_text(plan["config"])
     done = subprocess.run(["haproxy", "-c", "-f", str(cfg)], capture_output=True, text=True, check=False)
@@ -186,3 +191,106 @@ def test_a_key_that_could_not_be_read_is_named_with_its_head() -> None:
         r.plan(params([cluster("pair_a"), cluster("pair_b", "qwen3-coder")], keys={"pair_a": KEY_A}, generated=results))
     assert caught.value.problems == ["cluster pair_b: its generated API key could not be read on its head spark-b1 "
                                      "(Failed to connect to the host via ssh)"]
+
+
+PLANNED = [{"backend": "model_0", "cluster": "pair_a", "address": "127.0.0.1", "port": 18001},
+           {"backend": "model_0", "cluster": "pair_b", "address": "127.0.0.1", "port": 18002},
+           {"backend": "model_1", "cluster": "pair_c", "address": "127.0.0.1", "port": 18003}]
+
+
+def same_address(address: str) -> set[str]:
+    return {address}
+
+
+def test_the_configuration_loads_the_server_state_file_from_the_routers_folder() -> None:
+    plan = r.plan(params([cluster("pair_a")], models_file="/srv/router/models.json"))
+    assert plan["state_file"] == "/srv/router/server-state"
+    lines = plan["config"].splitlines()
+    global_part = lines[lines.index("global"):lines.index("defaults")]
+    defaults_part = lines[lines.index("defaults"):lines.index("frontend router")]
+    assert "    server-state-file /srv/router/server-state" in global_part
+    assert "    load-server-state-from-file global" in defaults_part
+
+
+def test_every_planned_server_at_its_address_and_port_is_kept_with_its_state_and_its_health_afresh() -> None:
+    dump = SERVERS_STATE.read_text()
+    kept = r.kept_server_state(dump, PLANNED, same_address)
+    assert kept["kept"] == ["pair_a in model_0: maintenance", "pair_b in model_0: draining", "pair_c in model_1: ready"]
+    assert kept["dropped"] == []
+    rows = r.parse_server_state(kept["text"])
+    assert [(row["srv_name"], row["srv_admin_state"], row["srv_op_state"]) for row in rows] == [
+        ("pair_a", "1", "2"), ("pair_b", "8", "2"), ("pair_c", "0", "2")]   # down in the dump, up as HAProxy starts it
+    assert kept["text"].splitlines()[:2] == dump.splitlines()[:2]
+    assert kept["text"] == r.normalized_server_state(dump)
+    unchanged = [line.split() for line in dump.splitlines()[2:]]
+    for line, before in zip(kept["text"].splitlines()[2:], unchanged):
+        after = line.split()
+        assert after[:5] == before[:5] and after[6:] == before[6:]   # only srv_op_state (column 6) is set
+
+
+@pytest.mark.parametrize(("change", "why"), [
+    ({"port": 18009}, "pair_b in model_0: now at 127.0.0.1:18009, not 127.0.0.1:18002"),
+    ({"address": "192.0.2.7"}, "pair_b in model_0: now at 192.0.2.7:18002, not 127.0.0.1:18002"),
+    ({"backend": "model_2"}, "pair_b in model_0: no longer behind the router"),
+])
+def test_a_server_that_moved_or_left_loses_its_line(change: dict, why: str) -> None:
+    planned = [dict(PLANNED[0]), dict(PLANNED[1], **change), dict(PLANNED[2])]
+    kept = r.kept_server_state(SERVERS_STATE.read_text(), planned, same_address)
+    assert [line.split()[3] for line in kept["text"].splitlines()[2:]] == ["pair_a", "pair_c"]
+    assert len(kept["dropped"]) == 1 and kept["dropped"][0].startswith(why)
+    assert r.parse_server_state(kept["text"])[0]["srv_admin_state"] == "1"   # pair_a's maintenance is still kept
+
+
+def test_a_host_name_is_compared_with_what_it_resolves_to() -> None:
+    planned = [dict(p, address="spark-a.lan") for p in PLANNED]
+    resolved = r.kept_server_state(SERVERS_STATE.read_text(), planned, lambda a: {"127.0.0.1", "::1"})
+    assert len(resolved["kept"]) == 3
+    elsewhere = r.kept_server_state(SERVERS_STATE.read_text(), planned, lambda a: {"192.0.2.9"})
+    assert elsewhere["kept"] == [] and len(elsewhere["dropped"]) == 3
+    assert elsewhere["text"].splitlines()[0] == "1" and len(elsewhere["text"].splitlines()) == 2
+
+
+def test_nothing_to_keep_is_the_version_alone() -> None:
+    assert r.kept_server_state("", PLANNED, same_address) == {"text": "1\n", "kept": [], "dropped": []}
+    assert r.parse_server_state("1\n") == []
+
+
+@pytest.mark.parametrize(("text", "expected"), [
+    ("2\n# be_id be_name\n", "not in HAProxy's version 1 format"),
+    ("1\n# be_id be_name srv_name\n", "lacks the columns srv_op_state, srv_addr, srv_port"),
+    ("1\n# be_name srv_name srv_addr srv_port srv_op_state srv_admin_state srv_uweight srv_iweight\nmodel_0 a\n",
+     "has a short line (2 of 8 columns)"),
+])
+def test_a_state_in_another_format_is_refused(text: str, expected: str) -> None:
+    with pytest.raises(r.RouterError, match=re.escape(expected)):
+        r.parse_server_state(text)
+
+
+def test_the_time_since_the_last_change_does_not_make_a_new_state() -> None:
+    dump = SERVERS_STATE.read_text()
+    later = dump.replace("3 model_0 2 pair_b 127.0.0.1 2 8 1 1 0 15", "3 model_0 2 pair_b 127.0.0.1 2 8 1 1 97 15")
+    assert later != dump and r.same_server_state(dump, later)
+    ready = dump.replace("pair_b 127.0.0.1 2 8 ", "pair_b 127.0.0.1 2 0 ")
+    assert ready != dump and not r.same_server_state(dump, ready)
+    healthier = dump.replace("pair_c 127.0.0.1 0 0 ", "pair_c 127.0.0.1 2 0 ")
+    assert healthier != dump and r.same_server_state(dump, healthier)   # the health is not kept
+    moved = dump.replace("- 18003 -", "- 18013 -")
+    assert moved != dump and not r.same_server_state(dump, moved)
+    assert not r.same_server_state("", "1\n")   # no file, then the version alone: written
+    assert r.same_server_state("1\n", "1\n")
+    assert not r.same_server_state("garbage", "1\n")
+
+
+def test_a_wait_until_the_router_is_up_takes_a_held_cluster_as_settled() -> None:
+    up = {"cluster": "pair_a", "backend": "model_0", "model": "m", "state": "up", "current": 0, "total": 0,
+          "check": "L7OK"}
+    held = dict(up, cluster="pair_b", state="maintenance")
+    down = dict(up, cluster="pair_c", state="down")
+    settled = r.held_and_waiting([up, held])
+    assert settled["settled"] and settled["waiting"] == []
+    assert settled["held"] == ["pair_b (m): maintenance, as router_backend set it (kept across reloads; state=ready "
+                               "puts it back)"]
+    assert r.held_and_waiting([up, dict(held, state="draining"), down])["waiting"] == [
+        "pair_c (m): down, 0 running, 0 answered, last check L7OK"]
+    assert not r.held_and_waiting([up, down])["settled"]
+    assert not r.held_and_waiting([])["settled"]
