@@ -36,7 +36,7 @@ class FakeRouter:
     def serve(self) -> None:
         while True:
             try:
-                conn, _ = self.server.accept()
+                conn = self.server.accept()[0]
             except OSError:
                 return
             with conn:
