@@ -19,8 +19,8 @@ From the resolved configuration of every cluster (each cluster's head, API port 
 - HAProxy's server-state file (``server-state`` in the router's folder), loaded at every start and reload: a drain or
   a maintenance set through the runtime API outlives a reload (a changed configuration), a restart and a reboot. The
   collection writes it from ``show servers state`` after each change of a cluster's state and before each start or
-  reload, keeping only the servers the plan still has at the same address and port (HAProxy would otherwise take a
-  kept server's old address over the configuration's).
+  reload, keeping only the servers the plan still has at the same address and port (HAProxy 2.6 would otherwise take a
+  kept server's old port over the configuration's).
 
 The configuration holds every cluster's key: it is root's, mode 0600; HAProxy runs as root without capabilities
 (the unit's sandbox) and reads it at every reload.
@@ -362,6 +362,8 @@ def plan(params: Mapping[str, object]) -> dict:
     keys = {str(k): str(v) for k, v in dict(params.get("keys") or {}).items()}   # type: ignore[call-overload]
     for cluster, key in generated_keys(list(params.get("generated") or [])).items():   # type: ignore[call-overload]
         keys.setdefault(cluster, key)
+    models_file = str(params.get("models_file") or Settings.models_file)
+    folder = models_file.rsplit("/", 1)[0]   # the router's folder: the model list, the model map, the server state
     settings = Settings(
         bind_address=str(params.get("bind_address", "0.0.0.0")), port=params.get("port", 8080),   # type: ignore[arg-type]
         metrics_port=params.get("metrics_port", 8404),   # type: ignore[arg-type]
@@ -370,13 +372,12 @@ def plan(params: Mapping[str, object]) -> dict:
         check_interval=params.get("check_interval", 2), fall=params.get("fall", 2),   # type: ignore[arg-type]
         rise=params.get("rise", 2), buffer_bytes=params.get("buffer_bytes", 1048576),   # type: ignore[arg-type]
         socket=str(params.get("socket") or Settings.socket),
-        models_file=str(params.get("models_file") or Settings.models_file),
-        state_file=str(params.get("models_file") or Settings.models_file).rsplit("/", 1)[0] + "/" + STATE_FILE_NAME)
+        models_file=models_file, state_file=f"{folder}/{STATE_FILE_NAME}")
     router_key = str(params.get("router_key") or "")
     host_ports = {str(k): int(v) for k, v in dict(params.get("host_ports") or {}).items()}   # type: ignore[call-overload]
     check(clusters, keys, router_key, settings, host_ports,
           key_failures(list(params.get("generated") or [])))   # type: ignore[call-overload]
-    map_file = settings.models_file.rsplit("/", 1)[0] + "/models.map"
+    map_file = f"{folder}/models.map"
     served = models(clusters)
     return {
         "config": render(clusters, keys, router_key, settings, map_file),
@@ -566,12 +567,13 @@ _ADMIN_MAINT = 0x01 | 0x02 | 0x04 | 0x20   # forced, inherited, configured, addr
 _ADMIN_DRAIN = 0x08 | 0x10                 # forced, inherited
 
 
-def parse_server_state(text: str) -> list[dict[str, str]]:
-    """HAProxy's ``show servers state`` (or a server-state file) as one dict per server, by its header's column names.
-    An empty text, or the version alone, has no server; another format than version 1 raises RouterError."""
+def _server_state(text: str) -> tuple[list[str], list[str], list[tuple[str, dict[str, str]]]]:
+    """HAProxy's ``show servers state`` (or a server-state file): its version and header lines, the header's column
+    names, and each server's line with its values by column. An empty text, or the version alone, has no server;
+    another format than version 1 raises RouterError."""
     lines = [line for line in text.splitlines() if line.strip()]
     if not lines or [line.strip() for line in lines] == [_STATE_VERSION]:
-        return []
+        return [_STATE_VERSION], [], []
     if lines[0].strip() != _STATE_VERSION or len(lines) < 2 or not lines[1].startswith("#"):
         raise RouterError([f"the router's server state is not in HAProxy's version {_STATE_VERSION} format "
                            f"(first line {lines[0][:40]!r})"])
@@ -579,7 +581,7 @@ def parse_server_state(text: str) -> list[dict[str, str]]:
     missing = [c for c in ("be_name", "srv_name", "srv_op_state", *_STATE_COMPARED) if c not in columns]
     if missing:
         raise RouterError([f"the router's server state lacks the columns {', '.join(missing)}"])
-    rows = []
+    servers = []
     for line in lines[2:]:
         if line.startswith("#"):
             continue
@@ -587,8 +589,14 @@ def parse_server_state(text: str) -> list[dict[str, str]]:
         if len(values) < len(columns):
             raise RouterError([f"the router's server state has a short line ({len(values)} of {len(columns)} "
                                f"columns): {line[:80]!r}"])
-        rows.append(dict(zip(columns, values)))
-    return rows
+        servers.append((line, dict(zip(columns, values))))
+    return lines[:2], columns, servers
+
+
+def parse_server_state(text: str) -> list[dict[str, str]]:
+    """HAProxy's ``show servers state`` (or a server-state file) as one dict per server, by its header's column names.
+    An empty text, or the version alone, has no server; another format than version 1 raises RouterError."""
+    return [row for _line, row in _server_state(text)[2]]
 
 
 def server_state_word(row: Mapping[str, str]) -> str:
@@ -615,13 +623,8 @@ def _health_afresh(line: str, columns: Sequence[str]) -> str:
 
 def normalized_server_state(dump: str) -> str:
     """``show servers state`` as the server-state file keeps it: every server, its health afresh (_health_afresh)."""
-    rows = parse_server_state(dump)
-    if not rows:
-        return _STATE_VERSION + "\n"
-    lines = [line for line in dump.splitlines() if line.strip()]
-    columns = lines[1].lstrip("#").split()
-    data = [_health_afresh(line, columns) for line in lines[2:] if not line.startswith("#")]
-    return "\n".join([*lines[:2], *data]) + "\n"
+    header, columns, servers = _server_state(dump)
+    return "\n".join([*header, *(_health_afresh(line, columns) for line, _row in servers)]) + "\n"
 
 
 def kept_server_state(dump: str, planned: Sequence[Mapping[str, object]],
@@ -634,14 +637,10 @@ def kept_server_state(dump: str, planned: Sequence[Mapping[str, object]],
     Returns ``text`` (version, header and the kept lines), ``kept`` and ``dropped`` (one line each, for a person).
     With no server to keep, the text is the version alone, which HAProxy reads without a warning (it warns about a
     missing or empty file)."""
-    rows = parse_server_state(dump)
-    if not rows:
-        return {"text": _STATE_VERSION + "\n", "kept": [], "dropped": []}
-    lines = [line for line in dump.splitlines() if line.strip()]
+    header, columns, servers = _server_state(dump)
     by_name = {(str(p.get("backend")), str(p.get("cluster"))): p for p in planned}
     kept_lines, kept, dropped = [], [], []
-    data = [line for line in lines[2:] if not line.startswith("#")]
-    for line, row in zip(data, rows):
+    for line, row in servers:
         name = f"{row['srv_name']} in {row['be_name']}"
         plan = by_name.get((row["be_name"], row["srv_name"]))
         if plan is None:
@@ -652,9 +651,9 @@ def kept_server_state(dump: str, planned: Sequence[Mapping[str, object]],
             dropped.append(f"{name}: now at {address}:{port}, not {row['srv_addr']}:{row['srv_port']} (its state "
                            "is not kept)")
             continue
-        kept_lines.append(_health_afresh(line, lines[1].lstrip("#").split()))
+        kept_lines.append(_health_afresh(line, columns))
         kept.append(f"{name}: {server_state_word(row)}")
-    return {"text": "\n".join([*lines[:2], *kept_lines]) + "\n", "kept": kept, "dropped": dropped}
+    return {"text": "\n".join([*header, *kept_lines]) + "\n", "kept": kept, "dropped": dropped}
 
 
 def same_server_state(old: str, new: str) -> bool:

@@ -16,7 +16,7 @@ description:
     file as it is. The health is not kept - each server starts as HAProxy starts it without the file (up; its checks
     take it out), so that a health gone stale by the next start does not keep a cluster out.
   - Only the servers of O(backends) (the router's plan) that run at the planned address and port are kept. A cluster
-    that moved, or is no longer behind the router, loses its line; HAProxy would otherwise take its old address over
+    that moved, or is no longer behind the router, loses its line; HAProxy 2.6 would otherwise take its old port over
     the configuration's.
   - The file is rewritten only when a server, its address or its state differs from what it holds. With nothing to
     keep (the router's first start), it holds HAProxy's format version alone, which HAProxy reads without a warning.
